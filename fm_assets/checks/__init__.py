@@ -1,0 +1,1 @@
+"""Data-quality checks on document tables, independent of Dagster."""

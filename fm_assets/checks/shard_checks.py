@@ -1,0 +1,100 @@
+"""Checks on a shard set: checksums, token counts against the version, sample provenance."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from fm_assets.checks.data_checks import CheckOutcome
+from fm_assets.settings import Settings
+from fm_assets.versions import DatasetVersion, version_documents
+from fm_loader.manifest import ShardSetManifest
+
+
+def shard_checksums_valid(directory: str, manifest: ShardSetManifest) -> CheckOutcome:
+    """Every shard's bytes hash to the manifest's sha256."""
+    bad = []
+    for shard in manifest.shards:
+        path = Path(directory) / shard.name
+        if not path.is_file():
+            bad.append(f"{shard.name}: missing")
+            continue
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            while chunk := f.read(8 << 20):
+                digest.update(chunk)
+        if digest.hexdigest() != shard.sha256:
+            bad.append(f"{shard.name}: sha256 {digest.hexdigest()[:12]} != {shard.sha256[:12]}")
+    return CheckOutcome(
+        "shard_checksums_valid",
+        not bad,
+        "; ".join(bad) or f"{len(manifest.shards)} shards match their checksums",
+        {"shards": len(manifest.shards)},
+    )
+
+
+def token_counts_match_version(manifest: ShardSetManifest, documents_tokens: int) -> CheckOutcome:
+    """The shard set holds exactly the tokens of the version's documents: none lost or added."""
+    ok = manifest.num_tokens == documents_tokens
+    return CheckOutcome(
+        "token_counts_match_version",
+        ok,
+        f"manifest {manifest.num_tokens} tokens, version documents {documents_tokens} tokens",
+        {"manifest_tokens": manifest.num_tokens, "document_tokens": documents_tokens},
+    )
+
+
+def samples_carry_provenance(
+    directory: str, manifest: ShardSetManifest, settings: Settings, version: DatasetVersion
+) -> CheckOutcome:
+    """Every sample names documents of the version, with spans that tile its real tokens.
+
+    Also re-derives the shard set's token and document totals from the samples themselves.
+    """
+    from fm_loader.shards import ShardSet
+
+    known = set(
+        version_documents(settings, version, "tokenized_documents", ("doc_id",))
+        .column("doc_id")
+        .to_pylist()
+    )
+    shard_set = ShardSet(Path(directory), manifest)
+    problems: list[str] = []
+    seen_docs: set[str] = set()
+    tokens = 0
+    try:
+        for index in range(len(shard_set)):
+            sample = shard_set.raw_sample(index)
+            doc_ids = sample["doc_ids"].split("\n") if sample["doc_ids"] else []
+            spans = sample["doc_spans"].reshape(-1, 3)
+            if len(doc_ids) != len(spans):
+                problems.append(f"{shard_set.where(index)}: {len(doc_ids)} ids, {len(spans)} spans")
+                continue
+            position = 0
+            for start, length, _offset in spans.tolist():
+                if start != position or length <= 0:
+                    problems.append(f"{shard_set.where(index)}: spans do not tile the sample")
+                    break
+                position += length
+            unknown = [d for d in doc_ids if d not in known]
+            if unknown:
+                problems.append(
+                    f"{shard_set.where(index)}: {len(unknown)} documents not in version"
+                )
+            seen_docs.update(doc_ids)
+            tokens += position
+            if len(problems) >= 5:
+                break
+    finally:
+        shard_set.close()
+    if not problems and tokens != manifest.num_tokens:
+        problems.append(f"samples hold {tokens} tokens, manifest says {manifest.num_tokens}")
+    if not problems and seen_docs != known:
+        problems.append(f"{len(known - seen_docs)} version documents appear in no sample")
+    return CheckOutcome(
+        "samples_carry_provenance",
+        not problems,
+        "; ".join(problems)
+        or f"{len(shard_set)} samples name {len(seen_docs)} version documents, {tokens} tokens",
+        {"samples": len(shard_set), "documents": len(seen_docs)},
+    )

@@ -1,0 +1,209 @@
+"""The `fm` command: land files, run batches, cut versions, build shard sets, inspect state.
+
+Long steps run through Dagster in-process (`materialize`) against the instance under FM_HOME,
+so every run the CLI makes shows up in the Dagster UI with its checks and lineage.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from fm_assets.settings import load_settings
+
+
+def _echo(message: str) -> None:
+    click.echo(f"[fm {dt.datetime.now():%H:%M:%S}] {message}", err=True)
+
+
+@click.group()
+def main() -> None:
+    """fm platform: curate raw web and text data into MDS shard sets."""
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--source", required=True, help="Where the data comes from, e.g. commoncrawl.")
+@click.option("--license", "license_", required=True, help="SPDX id or licence name.")
+@click.option("--namespace", default="default", show_default=True)
+def land(paths: tuple[str, ...], source: str, license_: str, namespace: str) -> None:
+    """Copy files into an immutable landing batch; prints the batch id last."""
+    from fm_assets.operations import land as land_batch
+
+    manifest, created = land_batch(
+        load_settings(),
+        [Path(p) for p in paths],
+        source=source,
+        license=license_,
+        namespace=namespace,
+    )
+    _echo(
+        f"{'landed' if created else 'already landed'} {len(manifest.files)} files, "
+        f"{manifest.total_bytes:,} bytes"
+    )
+    click.echo(manifest.batch_id)
+
+
+def _fail(exc: Exception) -> None:
+    _echo(str(exc))
+    sys.exit(1)
+
+
+@main.command()
+@click.option("--batch", "batch_id", required=True, help="Landing batch id (from `fm land`).")
+def run(batch_id: str) -> None:
+    """Process one landing batch through every stage; exits 1 when a blocking check fails."""
+    from fm_assets.operations import ChecksFailed, run_batch
+
+    try:
+        run_batch(load_settings(), batch_id, _echo)
+    except ChecksFailed as exc:
+        _fail(exc)
+    _echo(f"batch {batch_id}: all stages and checks passed")
+    click.echo(batch_id)
+
+
+@main.group()
+def version() -> None:
+    """Dataset versions."""
+
+
+@version.command("create")
+@click.argument("dataset")
+@click.option("--batches", default="", help="Comma-separated batch ids (default: all passing).")
+def version_create(dataset: str, batches: str) -> None:
+    """Cut an immutable version DATASET@vN; prints the version key last."""
+    from fm_assets.operations import ChecksFailed, create_version
+
+    chosen = [b.strip() for b in batches.split(",") if b.strip()]
+    try:
+        key = create_version(load_settings(), dataset, chosen, _echo)
+    except ChecksFailed as exc:
+        _fail(exc)
+    click.echo(key)
+
+
+@main.group()
+def shards() -> None:
+    """MDS shard sets."""
+
+
+@shards.command("build")
+@click.argument("version_key")
+@click.option("--tokenizer", required=True, help="tokenizer.json path or a registered hash.")
+@click.option("--seq-len", type=int, required=True)
+def shards_build(version_key: str, tokenizer: str, seq_len: int) -> None:
+    """Pack a version into MDS shards; prints the shard set key last."""
+    from fm_assets.operations import ChecksFailed, build_shards
+
+    try:
+        key = build_shards(load_settings(), version_key, tokenizer, seq_len, _echo)
+    except ChecksFailed as exc:
+        _fail(exc)
+    click.echo(key)
+
+
+@main.group()
+def tokenizer() -> None:
+    """The tokenizer registry."""
+
+
+@tokenizer.command("register")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--default", "make_default", is_flag=True, help="Use it for new batches.")
+def tokenizer_register(path: str, make_default: bool) -> None:
+    """Register a HF tokenizer.json by content hash; prints the hash last."""
+    from fm_assets.tokenizer_registry import register_tokenizer
+
+    info = register_tokenizer(load_settings(), Path(path), make_default=make_default)
+    _echo(f"{info.name}: vocab {info.vocab_size}{', default' if make_default else ''}")
+    click.echo(info.tokenizer_hash)
+
+
+@tokenizer.command("train")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", required=True, type=click.Path(dir_okay=False))
+@click.option("--vocab-size", default=8192, show_default=True)
+def tokenizer_train(paths: tuple[str, ...], out: str, vocab_size: int) -> None:
+    """Train a byte-level BPE tokenizer on text or JSONL files (for demos without a tokenizer)."""
+    from fm_assets.demo import train_tokenizer
+
+    train_tokenizer([Path(p) for p in paths], Path(out), vocab_size)
+    click.echo(out)
+
+
+@main.command()
+@click.argument("table")
+@click.option("--batch", "batch_id", default=None)
+@click.option("--version", "version_key", default=None)
+@click.option("--out", required=True, type=click.Path(dir_okay=False))
+def export(table: str, batch_id: str | None, version_key: str | None, out: str) -> None:
+    """Dump a table (optionally one batch or one version) as JSONL."""
+    from fm_assets.exporting import export_table
+
+    count = export_table(
+        load_settings(), table, Path(out), batch_id=batch_id, version_key=version_key
+    )
+    _echo(f"wrote {count} rows of {table} to {out}")
+    click.echo(out)
+
+
+@main.command()
+def status() -> None:
+    """Batches, versions, shard sets and failing checks."""
+    from fm_assets.status import render_status
+
+    click.echo(render_status(load_settings()))
+
+
+@main.command()
+@click.argument("inputs", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--tokenizer", "tokenizer_path", default=None, help="tokenizer.json (default: train one)."
+)
+@click.option("--seq-len", default=2048, show_default=True)
+@click.option("--dataset", default="demo", show_default=True)
+@click.option("--source", default="demo", show_default=True, help="Source name for INPUTS.")
+@click.option("--license", "license_", default="CC0-1.0", show_default=True)
+def demo(
+    inputs: tuple[str, ...],
+    tokenizer_path: str | None,
+    seq_len: int,
+    dataset: str,
+    source: str,
+    license_: str,
+) -> None:
+    """The main job: land INPUTS (default: a generated sample), curate, shard, read back."""
+    from fm_assets.demo import run_demo
+
+    key = run_demo(
+        load_settings(),
+        [Path(p) for p in inputs],
+        Path(tokenizer_path) if tokenizer_path else None,
+        seq_len,
+        dataset,
+        log=_echo,
+        source=source,
+        license=license_,
+    )
+    click.echo(key)
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def dev(args: tuple[str, ...]) -> None:
+    """Start the Dagster UI on this FM_HOME (`dagster dev -w workspace.yaml`)."""
+    from fm_assets.instance import ensure_dagster_home
+
+    ensure_dagster_home(load_settings())
+    workspace = Path(__file__).resolve().parents[1] / "workspace.yaml"
+    dagster = Path(sys.executable).with_name("dagster")  # the one beside this interpreter
+    os.execv(str(dagster), [str(dagster), "dev", "-w", str(workspace), *args])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""The Dagster code location: `dagster dev -w workspace.yaml` loads `defs` from here."""
+
+from fm_assets.defs import build_definitions
+
+defs = build_definitions()

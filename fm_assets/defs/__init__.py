@@ -1,0 +1,28 @@
+"""Dagster objects only, one module per layer: landing, curated, versions, shards."""
+
+from __future__ import annotations
+
+import warnings
+
+import dagster as dg
+
+# Partitioned asset checks are a preview feature in Dagster 1.13; we rely on them knowingly.
+warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+warnings.filterwarnings("ignore", category=dg.BetaWarning)
+
+
+def build_definitions() -> dg.Definitions:
+    from fm_assets.defs.curated import build_curated_assets
+    from fm_assets.defs.jobs import process_landing_batch
+    from fm_assets.defs.landing import build_landing_sensor, landing_batch
+    from fm_assets.defs.resources import FmPlatform
+    from fm_assets.defs.shards import shard_set
+    from fm_assets.defs.versions import dataset_version
+
+    return dg.Definitions(
+        assets=[landing_batch, *build_curated_assets(), dataset_version, shard_set],
+        jobs=[process_landing_batch],
+        sensors=[build_landing_sensor(process_landing_batch)],
+        resources={"fm": FmPlatform()},
+        executor=dg.in_process_executor,
+    )

@@ -1,0 +1,104 @@
+"""The curated layer: one asset per pipeline stage, partitioned by landing batch.
+
+Built from `fm_assets.pipeline.CURATION_STAGES`, so a new stage appears here without edits.
+"""
+
+import dataclasses
+
+import dagster as dg
+
+from fm_assets import pipeline
+from fm_assets.checks import data_checks
+from fm_assets.defs.checks import to_check_result
+from fm_assets.defs.landing import LANDING_BATCH
+from fm_assets.defs.partitions import landing_batches
+from fm_assets.defs.resources import FmPlatform
+from fm_assets.runner import run_stage
+
+
+def _check_specs(key: dg.AssetKey, stage: str) -> list[dg.AssetCheckSpec]:
+    specs = [
+        dg.AssetCheckSpec(
+            "records_accounted_for",
+            asset=key,
+            blocking=True,
+            partitions_def=landing_batches,
+            description="records in = records kept + records quarantined, recounted from Iceberg.",
+        ),
+        dg.AssetCheckSpec(
+            "document_expectations",
+            asset=key,
+            blocking=True,
+            partitions_def=landing_batches,
+            description="great-expectations: schema, unique ids, hashes, non-empty text.",
+        ),
+    ]
+    if stage == "tokenized_documents":
+        specs.append(
+            dg.AssetCheckSpec(
+                "token_counts_consistent",
+                asset=key,
+                blocking=True,
+                partitions_def=landing_batches,
+                description="num_tokens matches the token lists; ids inside the vocabulary.",
+            )
+        )
+    return specs
+
+
+def _outcomes(settings: object, stage: str, batch_id: str) -> list[data_checks.CheckOutcome]:
+    outcomes = [
+        data_checks.records_accounted_for(settings, stage, batch_id),  # type: ignore[arg-type]
+        data_checks.document_expectations(settings, stage, batch_id),  # type: ignore[arg-type]
+    ]
+    if stage == "tokenized_documents":
+        outcomes.append(data_checks.token_counts_consistent(settings, batch_id))  # type: ignore[arg-type]
+    return outcomes
+
+
+def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.AssetsDefinition:
+    key = dg.AssetKey(entry.name)
+
+    @dg.asset(
+        key=key,
+        group_name="curated",
+        partitions_def=landing_batches,
+        deps=[upstream],
+        check_specs=_check_specs(key, entry.name),
+        pool="ray",
+        kinds={"ray", "iceberg"},
+        description=entry.description,
+    )
+    def _stage_asset(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:
+        settings = fm.settings()
+        batch_id = context.partition_key
+        report = run_stage(
+            settings, entry.name, batch_id, run_id=context.run.run_id, progress=context.log.info
+        )
+        checks = [
+            to_check_result(settings, key, batch_id, outcome, context.run.run_id)
+            for outcome in _outcomes(settings, entry.name, batch_id)
+        ]
+        metadata = {
+            k: dg.MetadataValue.json(v) if isinstance(v, dict) else v
+            for k, v in dataclasses.asdict(report).items()
+            if v is not None
+        }
+        metadata["table"] = f"{settings.namespace}.{entry.name}"
+        return dg.MaterializeResult(
+            metadata=metadata,
+            check_results=checks,
+            data_version=dg.DataVersion(report.stage_key[:16]),
+        )
+
+    return _stage_asset
+
+
+def build_curated_assets() -> list[dg.AssetsDefinition]:
+    assets = []
+    upstream = LANDING_BATCH
+    for entry in pipeline.CURATION_STAGES:
+        asset = build_stage_asset(entry, upstream)
+        assets.append(asset)
+        upstream = dg.AssetKey(entry.name)
+    return assets

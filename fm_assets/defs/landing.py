@@ -1,0 +1,82 @@
+"""The landing layer: one partition per landing batch, and the sensor that discovers them."""
+
+import dagster as dg
+from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+
+from fm_assets.checks.landing_checks import files_match_manifest
+from fm_assets.defs.checks import to_check_result
+from fm_assets.defs.partitions import landing_batches
+from fm_assets.defs.resources import FmPlatform
+from fm_assets.storage.landing import published_log, read_manifest
+from fm_assets.storage.objectstore import open_object_store
+
+LANDING_BATCH = dg.AssetKey("landing_batch")
+
+
+@dg.asset(
+    key=LANDING_BATCH,
+    group_name="landing",
+    partitions_def=landing_batches,
+    kinds={"s3"},
+    check_specs=[
+        dg.AssetCheckSpec(
+            "files_match_manifest",
+            asset=LANDING_BATCH,
+            blocking=True,
+            partitions_def=landing_batches,
+            description="Every file in the manifest is present with its recorded size and sha256.",
+        )
+    ],
+    description="An immutable, content-addressed batch of landed files with its manifest.",
+)
+def landing_batch(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:
+    settings = fm.settings()
+    manifest = read_manifest(open_object_store(settings), context.partition_key)
+    outcome = files_match_manifest(settings, manifest.batch_id)
+    return dg.MaterializeResult(
+        metadata={
+            "source": manifest.source,
+            "license": manifest.license,
+            "namespace": manifest.namespace,
+            "ingested_at": manifest.ingested_at,
+            "files": dg.MetadataValue.json([f.__dict__ for f in manifest.files]),
+            "bytes": manifest.total_bytes,
+        },
+        check_results=[
+            to_check_result(
+                settings, LANDING_BATCH, context.partition_key, outcome, context.run.run_id
+            )
+        ],
+        data_version=dg.DataVersion(manifest.batch_id),
+    )
+
+
+def build_landing_sensor(job: UnresolvedAssetJobDefinition) -> dg.SensorDefinition:
+    """A sensor that adds a partition per newly published batch and requests its processing."""
+
+    @dg.sensor(
+        name="new_landing_batch_sensor",
+        job=job,
+        minimum_interval_seconds=15,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Processes every batch published to the landing zone, once, in order.",
+    )
+    def new_landing_batch_sensor(
+        context: dg.SensorEvaluationContext, fm: FmPlatform
+    ) -> dg.SensorResult:
+        entries = published_log(open_object_store(fm.settings()), after=context.cursor)
+        if not entries:
+            return dg.SensorResult(skip_reason="no new landing batch")
+        batch_ids = list(dict.fromkeys(batch_id for _, batch_id in entries))
+        return dg.SensorResult(
+            # run_key = batch id: the same batch is never requested twice; dagster.yaml limits
+            # runs per partition to one at a time, so manual runs cannot overlap it either.
+            run_requests=[
+                dg.RunRequest(run_key=batch_id, partition_key=batch_id, tags={"fm/batch": batch_id})
+                for batch_id in batch_ids
+            ],
+            dynamic_partitions_requests=[landing_batches.build_add_request(batch_ids)],
+            cursor=entries[-1][0],
+        )
+
+    return new_landing_batch_sensor

@@ -1,0 +1,64 @@
+"""The versions layer: immutable dataset versions, one partition per `<dataset>@v<N>`."""
+
+import dagster as dg
+from pydantic import Field
+
+from fm_assets.checks.data_checks import CheckOutcome
+from fm_assets.defs.checks import to_check_result
+from fm_assets.defs.partitions import dataset_versions
+from fm_assets.defs.resources import FmPlatform
+from fm_assets.versions import create_version, version_counts_match
+
+DATASET_VERSION = dg.AssetKey("dataset_version")
+
+
+class DatasetVersionConfig(dg.Config):
+    """Which landing batches the version covers; empty means every batch whose checks passed."""
+
+    batches: list[str] = Field(default_factory=list)
+
+
+@dg.asset(
+    key=DATASET_VERSION,
+    group_name="versions",
+    partitions_def=dataset_versions,
+    deps=[dg.AssetDep("tokenized_documents", partition_mapping=dg.AllPartitionMapping())],
+    kinds={"iceberg"},
+    check_specs=[
+        dg.AssetCheckSpec(
+            "version_counts_match",
+            asset=DATASET_VERSION,
+            blocking=True,
+            partitions_def=dataset_versions,
+            description="Documents and tokens recounted at the version's tags match its record.",
+        )
+    ],
+    description="An immutable cut of curated batches: a dataset_versions row and Iceberg tags.",
+)
+def dataset_version(
+    context: dg.AssetExecutionContext, config: DatasetVersionConfig, fm: FmPlatform
+) -> dg.MaterializeResult:
+    settings = fm.settings()
+    version, created = create_version(
+        settings, context.partition_key, config.batches or None, context.run.run_id
+    )
+    passed, description = version_counts_match(settings, version)
+    outcome = CheckOutcome("version_counts_match", passed, description)
+    return dg.MaterializeResult(
+        metadata={
+            "created": created,
+            "batches": dg.MetadataValue.json(list(version.batches)),
+            "num_documents": version.num_documents,
+            "num_tokens": version.num_tokens,
+            "content_hash": version.content_hash,
+            "tokenizer_hash": version.tokenizer_hash,
+            "snapshot_ids": dg.MetadataValue.json(version.snapshot_ids),
+            "code_versions": dg.MetadataValue.json(version.code_versions),
+        },
+        check_results=[
+            to_check_result(
+                settings, DATASET_VERSION, version.version_key, outcome, context.run.run_id
+            )
+        ],
+        data_version=dg.DataVersion(version.content_hash[:16]),
+    )

@@ -1,0 +1,200 @@
+"""Shard sets: a dataset version packed into fixed-length sequences and written as MDS shards.
+
+Partition key: (version, shard config); a shard config is `<tokenizer hash[:12]>-s<seq_len>`.
+Documents are ordered by doc_id (a hash: deterministic and unrelated to ingestion order), packed
+best-fit-decreasing, and the packed sequences are shuffled with a seed derived from the version's
+content hash, so the same version and config always give byte-identical shards.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.expressions import EqualTo
+
+from fm_assets import pipeline
+from fm_assets.packing import PackedSequence, pack_documents, packing_efficiency
+from fm_assets.runner import Progress, _process_on_ray
+from fm_assets.settings import PIPELINE_VERSION, Settings
+from fm_assets.stages.tokenize import TokenizeStage, load_tokenizer
+from fm_assets.storage import catalog
+from fm_assets.storage.objectstore import open_object_store
+from fm_assets.tokenizer_registry import TokenizerInfo
+from fm_assets.versions import DatasetVersion, parse_version_key, require_version, version_documents
+from fm_loader.manifest import ShardSetManifest, read_manifest
+
+_CONFIG = re.compile(r"^(?P<tok>[0-9a-f]{12})-s(?P<seq>[1-9][0-9]*)$")
+PAD_CANDIDATES = ("<|padding|>", "<pad>", "[PAD]")
+
+
+@dataclass(frozen=True)
+class ShardSetBuild:
+    manifest: ShardSetManifest
+    uri: str
+    documents_tokens: int  # tokens of the version's documents under this tokenizer
+    created: bool
+
+
+def shard_config_key(tokenizer_hash: str, seq_len: int) -> str:
+    if seq_len < 8:
+        raise ValueError(f"--seq-len must be at least 8, got {seq_len}")
+    return f"{tokenizer_hash[:12]}-s{seq_len}"
+
+
+def parse_shard_config(key: str) -> tuple[str, int]:
+    match = _CONFIG.match(key)
+    if not match:
+        raise ValueError(
+            f"{key!r} is not a shard config; expected <tokenizer hash[:12]>-s<seq_len>"
+        )
+    return match["tok"], int(match["seq"])
+
+
+def shard_set_key(version_key: str, config: str) -> str:
+    return f"{version_key}/{config}"
+
+
+def _pad_id(tokenizer: object) -> int:
+    from fm_assets.stages.tokenize import eos_token_id
+
+    for token in PAD_CANDIDATES:
+        token_id = tokenizer.token_to_id(token)  # type: ignore[attr-defined]
+        if token_id is not None:
+            return int(token_id)
+    eos = eos_token_id(tokenizer)
+    return 0 if eos is None else eos
+
+
+def _version_tokens(
+    settings: Settings, version: DatasetVersion, tokenizer: TokenizerInfo, progress: Progress
+) -> pa.Table:
+    """(doc_id, tokens) of the version under `tokenizer`: stored tokens, or tokenized now on Ray."""
+    if tokenizer.tokenizer_hash == version.tokenizer_hash:
+        return version_documents(settings, version, "tokenized_documents", ("doc_id", "tokens"))
+    progress(f"tokenizing {version.version_key} with {tokenizer.name} (not its stored tokenizer)")
+    normalized = version_documents(settings, version, pipeline.STAGE_NAMES[-2])
+    stage = TokenizeStage(tokenizer_hash=tokenizer.tokenizer_hash, tokenizer_uri=tokenizer.uri)
+    from fm_assets.compute import ensure_ray, ray_cpus
+    from fm_assets.runner import _chunks
+
+    ensure_ray(settings)
+    result = _process_on_ray(stage, _chunks(normalized, False, ray_cpus()), progress)
+    return result.kept.select(["doc_id", "tokens"])
+
+
+def _sequences_with_tokens(
+    sequences: list[PackedSequence], docs: pa.Table
+) -> Iterator[tuple[PackedSequence, np.ndarray]]:
+    tokens = docs.column("tokens").combine_chunks()
+    flat = tokens.values.to_numpy(zero_copy_only=False)
+    offsets = tokens.offsets.to_numpy()
+    row_of = {doc_id: i for i, doc_id in enumerate(docs.column("doc_id").to_pylist())}
+    for sequence in sequences:
+        parts = []
+        for segment in sequence.segments:
+            start = offsets[row_of[segment.doc_id]] + segment.doc_offset
+            parts.append(flat[start : start + segment.length])
+        yield sequence, np.concatenate(parts) if parts else np.empty(0, dtype=np.int32)
+
+
+def read_shard_set_row(settings: Settings, key: str) -> dict[str, object] | None:
+    rows = catalog.read_table(settings, "shard_sets", row_filter=EqualTo("shard_set_key", key))
+    rows_list = rows.to_pylist()
+    return max(rows_list, key=lambda r: r["created_at"]) if rows_list else None
+
+
+def build_shard_set(
+    settings: Settings,
+    version_key: str,
+    tokenizer: TokenizerInfo,
+    seq_len: int,
+    *,
+    run_id: str | None = None,
+    progress: Progress = lambda message: None,
+) -> ShardSetBuild:
+    """Pack a version with `tokenizer` into `seq_len` sequences; write and register the shards."""
+    from fm_assets.shard_writer import ShardSetHeader, write_shard_set
+
+    version = require_version(settings, version_key)
+    dataset, number = parse_version_key(version_key)
+    config = shard_config_key(tokenizer.tokenizer_hash, seq_len)
+    key = shard_set_key(version_key, config)
+    store = open_object_store(settings)
+    prefix = f"shards/{dataset}/v{number}/{config}"
+    existing = read_shard_set_row(settings, key)
+    if existing is not None and store.exists(f"{prefix}/fm_manifest.json"):
+        manifest = read_manifest(store.path(prefix))
+        if manifest.version_content_hash == version.content_hash:
+            progress(f"{key}: already built, nothing to do")
+            docs_tokens = int(existing["num_tokens"])  # type: ignore[arg-type]
+            return ShardSetBuild(manifest, store.uri(prefix), docs_tokens, created=False)
+
+    docs = _version_tokens(settings, version, tokenizer, progress)
+    docs = docs.take(pc.sort_indices(docs, sort_keys=[("doc_id", "ascending")]))
+    lengths = pc.list_value_length(docs.column("tokens")).to_numpy(zero_copy_only=False)
+    documents_tokens = int(lengths.sum())
+    seed = int(version.content_hash[:16], 16) ^ seq_len
+    progress(
+        f"packing {docs.num_rows} documents ({documents_tokens} tokens) "
+        f"into {seq_len}-token sequences"
+    )
+    sequences = pack_documents(
+        list(zip(docs.column("doc_id").to_pylist(), lengths.tolist(), strict=True)),
+        seq_len,
+        shuffle_seed=seed,
+    )
+    progress(
+        f"packed {len(sequences)} sequences, "
+        f"efficiency {packing_efficiency(sequences, seq_len):.4f}"
+    )
+    tok = load_tokenizer(tokenizer.uri, tokenizer.tokenizer_hash)
+    if not store.is_local:
+        raise NotImplementedError(
+            "shard sets are written to a local object store in this release; "
+            "set FM_OBJECT_STORE to a local path (s3 upload arrives with the production profile)"
+        )
+    out_dir = store.path(prefix)
+    store.delete_dir(prefix)  # a rerun replaces a half-written set; the manifest goes last
+    manifest = write_shard_set(
+        _sequences_with_tokens(sequences, docs),
+        out_dir,
+        seq_len=seq_len,
+        vocab_size=tokenizer.vocab_size,
+        pad_token_id=_pad_id(tok),
+        header=ShardSetHeader(
+            shard_set_key=key,
+            source_version=version_key,
+            version_content_hash=version.content_hash,
+            tokenizer_hash=tokenizer.tokenizer_hash,
+            pipeline_version=PIPELINE_VERSION,
+        ),
+    )
+    row = {
+        "shard_set_key": key,
+        "version_key": version_key,
+        "shard_config": config,
+        "tokenizer_hash": tokenizer.tokenizer_hash,
+        "seq_len": seq_len,
+        "uri": store.uri(prefix),
+        "manifest_sha256": hashlib.sha256(
+            store.read_bytes(f"{prefix}/fm_manifest.json")
+        ).hexdigest(),
+        "num_samples": manifest.num_samples,
+        "num_tokens": manifest.num_tokens,
+        "run_id": run_id,
+        "created_at": dt.datetime.now(dt.UTC),
+    }
+    catalog.append_rows(settings, "shard_sets", pa.Table.from_pylist([row]))
+    return ShardSetBuild(manifest, store.uri(prefix), documents_tokens, created=True)
+
+
+def manifest_summary(manifest: ShardSetManifest) -> dict[str, object]:
+    return json.loads(manifest.to_json()) | {"shards": len(manifest.shards)}

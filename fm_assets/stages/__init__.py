@@ -1,0 +1,1 @@
+"""Pure, versioned Arrow transforms. No Dagster import here: stages run inside Ray workers."""

@@ -1,0 +1,124 @@
+"""The stage contract: a pure, versioned transform from an Arrow table to (kept, quarantined).
+
+A stage knows nothing of Dagster or Iceberg. The runner reads its input, splits it into chunks,
+calls `process` on Ray workers, then `combine` once on the driver (for decisions that need the
+whole batch, such as exact deduplication), and commits the result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pyarrow as pa
+
+from fm_assets.storage import schemas
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """Records a stage kept (in its output schema) and quarantined (QUARANTINED_RECORDS)."""
+
+    kept: pa.Table
+    quarantined: pa.Table
+
+    @classmethod
+    def concat(cls, results: Iterable[StageResult], output_schema: pa.Schema) -> StageResult:
+        results = list(results)
+        kept = [r.kept for r in results if r.kept.num_rows]
+        bad = [r.quarantined for r in results if r.quarantined.num_rows]
+        return cls(
+            kept=pa.concat_tables(kept) if kept else output_schema.empty_table(),
+            quarantined=pa.concat_tables(bad) if bad else schemas.QUARANTINED_RECORDS.empty_table(),
+        )
+
+
+@dataclass(frozen=True)
+class CombineContext:
+    """What a stage's driver-side `combine` may know beyond its own records."""
+
+    batch_id: str
+    # doc_id -> "<batch_id>/<record_id>" of documents already kept by earlier batches.
+    earlier_documents: dict[str, str]
+
+
+class Stage(ABC):
+    """One curation step. Subclasses are frozen dataclasses whose fields are their config.
+
+    Bump `version` whenever the output for the same input and config would change: the
+    version is part of the content key that lets reruns skip work.
+    """
+
+    name: ClassVar[str]
+    version: ClassVar[str]
+    output_table: ClassVar[str]
+    output_schema: ClassVar[pa.Schema]
+
+    def config(self) -> dict[str, object]:
+        return dataclasses.asdict(self) if dataclasses.is_dataclass(self) else {}
+
+    def config_hash(self) -> str:
+        canonical = json.dumps(self.config(), sort_keys=True, default=str)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    @abstractmethod
+    def process(self, batch: pa.Table) -> StageResult:
+        """Transform one chunk of input rows; runs on a Ray worker."""
+
+    def combine(self, result: StageResult, context: CombineContext) -> StageResult:
+        """Decide what needs the whole batch; runs once on the driver. Default: nothing."""
+        return result
+
+
+def quarantine_rows(rows: list[dict[str, object]]) -> pa.Table:
+    """Build a QUARANTINED_RECORDS table from dicts with record_id, doc_id, ..., rule, reason."""
+    return pa.Table.from_pylist(rows, schema=schemas.QUARANTINED_RECORDS)
+
+
+def provenance_columns(batch: pa.Table) -> dict[str, pa.ChunkedArray]:
+    """The provenance columns of a document table, to carry into the next stage's output."""
+    return {f.name: batch.column(f.name) for f in schemas.PROVENANCE_FIELDS}
+
+
+def split_kept(
+    batch: pa.Table,
+    keep_mask: list[bool],
+    new_columns: dict[str, list[object] | pa.Array],
+    output_schema: pa.Schema,
+    rejects: list[tuple[int, str, str]],
+) -> StageResult:
+    """Assemble a StageResult from a per-row keep mask, new column values and reject reasons.
+
+    `new_columns` hold values for every input row (None where rejected); `rejects` are
+    (row index, rule, reason) for the rows not kept.
+    """
+    mask = pa.array(keep_mask, type=pa.bool_())
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {}
+    for field in output_schema:
+        if field.name in new_columns:
+            values = new_columns[field.name]
+            if not isinstance(values, pa.Array):
+                values = pa.array(values, type=field.type)
+            columns[field.name] = values.filter(mask)
+        else:
+            columns[field.name] = batch.column(field.name).filter(mask)
+    kept = pa.table(columns, schema=output_schema)
+    bad = quarantine_rows(
+        [
+            {
+                "record_id": batch.column("record_id")[i].as_py(),
+                "doc_id": batch.column("doc_id")[i].as_py(),
+                "raw_sha256": batch.column("raw_sha256")[i].as_py(),
+                "source_file": batch.column("source_file")[i].as_py(),
+                "rule": rule,
+                "reason": reason,
+            }
+            for i, rule, reason in rejects
+        ]
+    )
+    return StageResult(kept=kept, quarantined=bad)

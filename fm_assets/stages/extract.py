@@ -1,0 +1,79 @@
+"""extracted_documents: main text of HTML pages via trafilatura; plain text passes through."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pyarrow as pa
+
+from fm_assets.stages.base import Stage, StageResult, split_kept
+from fm_assets.stages.decoding import MAX_JUNK_FRACTION, decode_bytes, junk_fraction
+from fm_assets.stages.timeout import CallTimeout, call_with_timeout
+from fm_assets.storage import schemas
+
+
+def _trafilatura(html: str, url: str | None) -> str | None:
+    import trafilatura
+
+    return trafilatura.extract(
+        html,
+        url=url,
+        include_comments=False,
+        include_tables=True,
+        deduplicate=False,
+        with_metadata=False,
+    )
+
+
+@dataclass(frozen=True)
+class ExtractStage(Stage):
+    """Decode raw bytes and extract the main text; quarantine what yields no text."""
+
+    name: ClassVar[str] = "extracted_documents"
+    version: ClassVar[str] = "1"
+    output_table: ClassVar[str] = "extracted_documents"
+    output_schema: ClassVar[pa.Schema] = schemas.TEXT_DOCUMENTS
+
+    timeout_s: float = 10.0
+
+    def process(self, batch: pa.Table) -> StageResult:
+        texts: list[str | None] = []
+        keep: list[bool] = []
+        rejects: list[tuple[int, str, str]] = []
+        contents = batch.column("raw_content")
+        kinds = batch.column("content_type").to_pylist()
+        charsets = batch.column("charset").to_pylist()
+        urls = batch.column("url").to_pylist()
+        for i, (kind, charset, url) in enumerate(zip(kinds, charsets, urls, strict=True)):
+            text, problem = self._extract_one(contents[i].as_py(), kind, charset, url)
+            texts.append(text)
+            keep.append(problem is None)
+            if problem is not None:
+                rejects.append((i, *problem))
+        return split_kept(batch, keep, {"text": texts}, self.output_schema, rejects)
+
+    def _extract_one(
+        self, content: bytes, kind: str, charset: str | None, url: str | None
+    ) -> tuple[str | None, tuple[str, str] | None]:
+        decoded, how = decode_bytes(content, charset)
+        if decoded is None:
+            return None, ("undecodable", how)
+        junk = junk_fraction(decoded)
+        if junk > MAX_JUNK_FRACTION:
+            return None, (
+                "binary_content",
+                f"{junk:.1%} of characters are control or replacement characters "
+                f"(decoded as {how}); limit {MAX_JUNK_FRACTION:.0%}",
+            )
+        if kind != "html":
+            return decoded, None
+        try:
+            text = call_with_timeout(lambda: _trafilatura(decoded, url), self.timeout_s)
+        except CallTimeout as exc:
+            return None, ("extraction_timeout", f"trafilatura {exc} (timeout_s={self.timeout_s:g})")
+        except Exception as exc:  # trafilatura/lxml raise many types on hostile markup
+            return None, ("extraction_error", f"trafilatura failed: {type(exc).__name__}: {exc}")
+        if not text or not text.strip():
+            return None, ("no_extractable_text", "trafilatura found no main text in the page")
+        return text, None

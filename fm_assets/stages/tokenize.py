@@ -1,0 +1,99 @@
+"""tokenized_documents: token ids from a registered HF `tokenizers` tokenizer, EOS appended."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from fm_assets.stages.base import Stage, StageResult, split_kept
+from fm_assets.storage import schemas
+
+# Names under which tokenizers commonly define their end-of-document token.
+EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[SEP]")
+
+_loaded: dict[str, object] = {}
+
+
+def eos_token_id(tokenizer: object) -> int | None:
+    for token in EOS_CANDIDATES:
+        token_id = tokenizer.token_to_id(token)  # type: ignore[attr-defined]
+        if token_id is not None:
+            return int(token_id)
+    return None
+
+
+def load_tokenizer(uri: str, expected_hash: str) -> object:
+    """Load (once per process) the tokenizer at `uri`, refusing bytes that do not match its hash."""
+    if expected_hash in _loaded:
+        return _loaded[expected_hash]
+    from tokenizers import Tokenizer
+
+    fs, path = pafs.FileSystem.from_uri(uri)
+    with fs.open_input_stream(path) as f:
+        data = f.read()
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != expected_hash:
+        raise ValueError(
+            f"tokenizer at {uri} has hash {actual}, registered as {expected_hash}; "
+            "the registry copy was modified: register the tokenizer again with "
+            "`fm tokenizer register PATH`"
+        )
+    tokenizer = Tokenizer.from_str(data.decode())
+    _loaded[expected_hash] = tokenizer
+    return tokenizer
+
+
+@dataclass(frozen=True)
+class TokenizeStage(Stage):
+    """Tokenize normalised text; each document ends with the tokenizer's EOS token if it has one."""
+
+    name: ClassVar[str] = "tokenized_documents"
+    version: ClassVar[str] = "1"
+    output_table: ClassVar[str] = "tokenized_documents"
+    output_schema: ClassVar[pa.Schema] = schemas.TOKENIZED_DOCUMENTS
+
+    tokenizer_hash: str
+    append_eos: bool = True
+    tokenizer_uri: str = field(default="", compare=False)  # where to load it; not content
+
+    def config(self) -> dict[str, object]:
+        return {"tokenizer_hash": self.tokenizer_hash, "append_eos": self.append_eos}
+
+    def process(self, batch: pa.Table) -> StageResult:
+        # Ray scales by processes; tokenizers' own thread pool would oversubscribe the cores.
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        tokenizer = load_tokenizer(self.tokenizer_uri, self.tokenizer_hash)
+        texts = batch.column("text").to_pylist()
+        encodings = tokenizer.encode_batch(texts, add_special_tokens=False)  # type: ignore[attr-defined]
+        eos = eos_token_id(tokenizer) if self.append_eos else None
+        ids = [np.asarray(e.ids, dtype=np.int32) for e in encodings]
+        if eos is not None:
+            ids = [np.append(a, np.int32(eos)) for a in ids]
+        lengths = np.fromiter((len(a) for a in ids), dtype=np.int64, count=len(ids))
+        keep = (lengths > (1 if eos is not None else 0)).tolist()
+        rejects = [
+            (i, "no_tokens", "the tokenizer produced no tokens")
+            for i, k in enumerate(keep)
+            if not k
+        ]
+        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = np.concatenate(ids) if ids else np.empty(0, dtype=np.int32)
+        tokens = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat))
+        return split_kept(
+            batch,
+            keep,
+            {
+                "tokenizer_hash": [self.tokenizer_hash] * len(ids),
+                "num_tokens": lengths.tolist(),
+                "tokens": tokens,
+            },
+            self.output_schema,
+            rejects,
+        )

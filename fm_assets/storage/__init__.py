@@ -1,0 +1,1 @@
+"""Object store, Iceberg catalog and table schemas, landing zone."""

@@ -1,0 +1,163 @@
+"""The Iceberg catalog: opening it, creating the platform's tables, reading and replacing rows.
+
+Document tables, quarantine and stage runs are partitioned by `batch_id`, so a stage rerun replaces
+exactly its batch's partition in one atomic commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+from collections.abc import Mapping
+from functools import cache
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.expressions import BooleanExpression, EqualTo
+from pyiceberg.table import Table
+
+from fm_assets.settings import Settings
+from fm_assets.storage import schemas
+
+# Table name -> (Arrow schema, identity partition columns).
+TABLES: Mapping[str, tuple[pa.Schema, tuple[str, ...]]] = {
+    "raw_documents": (schemas.RAW_DOCUMENTS, ("batch_id",)),
+    "extracted_documents": (schemas.TEXT_DOCUMENTS, ("batch_id",)),
+    "normalized_documents": (schemas.TEXT_DOCUMENTS, ("batch_id",)),
+    "tokenized_documents": (schemas.TOKENIZED_DOCUMENTS, ("batch_id",)),
+    "quarantine": (schemas.QUARANTINE, ("batch_id",)),
+    "stage_runs": (schemas.STAGE_RUNS, ()),
+    "check_results": (schemas.CHECK_RESULTS, ()),
+    "tokenizers": (schemas.TOKENIZERS, ()),
+    "dataset_versions": (schemas.DATASET_VERSIONS, ()),
+    "shard_sets": (schemas.SHARD_SETS, ()),
+}
+
+_lock = threading.Lock()
+
+
+def _catalog_properties(settings: Settings) -> dict[str, str]:
+    props = {"uri": settings.catalog_uri, "warehouse": settings.warehouse}
+    if settings.s3_endpoint:
+        props["s3.endpoint"] = settings.s3_endpoint
+    return props
+
+
+@cache
+def _open(name: str, props: tuple[tuple[str, str], ...]) -> Catalog:
+    return SqlCatalog(name, **dict(props))
+
+
+def open_catalog(settings: Settings) -> Catalog:
+    """Open (once per process) the SQL catalog and make sure the platform's namespace exists."""
+    if settings.catalog_uri.startswith("sqlite:///"):
+        settings.home.mkdir(parents=True, exist_ok=True)
+    catalog = _open(settings.catalog_name, tuple(sorted(_catalog_properties(settings).items())))
+    with contextlib.suppress(NamespaceAlreadyExistsError):
+        catalog.create_namespace(settings.namespace)
+    return catalog
+
+
+def table_schema(name: str) -> pa.Schema:
+    if name not in TABLES:
+        raise KeyError(f"unknown table {name!r}; known tables: {', '.join(sorted(TABLES))}")
+    return TABLES[name][0]
+
+
+def load_table(settings: Settings, name: str) -> Table:
+    """Load a platform table, creating it (with its partition spec) on first use."""
+    catalog = open_catalog(settings)
+    identifier = f"{settings.namespace}.{name}"
+    try:
+        return catalog.load_table(identifier)
+    except NoSuchTableError:
+        pass
+    schema = table_schema(name)  # unknown names fail here, listing the known tables
+    partition_columns = TABLES[name][1]
+    with _lock:
+        table = catalog.create_table_if_not_exists(identifier, schema=schema)
+        if partition_columns and table.spec().is_unpartitioned():
+            with table.update_spec() as update:
+                for column in partition_columns:
+                    update.add_identity(column)
+    return catalog.load_table(identifier)
+
+
+def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Cast `data` to exactly `schema` (column order, types, nullability) or fail saying why."""
+    missing = [f.name for f in schema if f.name not in data.column_names]
+    if missing:
+        raise ValueError(f"table is missing columns {missing}; expected {schema.names}")
+    data = data.select(schema.names)
+    try:
+        return data.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
+        raise ValueError(f"cannot conform table to schema: {exc}") from exc
+
+
+def read_table(
+    settings: Settings,
+    name: str,
+    row_filter: BooleanExpression | None = None,
+    snapshot_id: int | None = None,
+    columns: tuple[str, ...] | None = None,
+) -> pa.Table:
+    """Read rows of a platform table as Arrow, typed exactly as the platform's schema."""
+    table = load_table(settings, name)
+    scan = table.scan(
+        row_filter=row_filter if row_filter is not None else "True",
+        snapshot_id=snapshot_id,
+        selected_fields=columns or ("*",),
+    )
+    data = scan.to_arrow()
+    schema = table_schema(name)
+    if columns:
+        schema = pa.schema([schema.field(c) for c in columns])
+    return conform(data, schema)
+
+
+def read_batch(settings: Settings, name: str, batch_id: str, **kwargs: object) -> pa.Table:
+    """Read one landing batch's partition of a document table."""
+    return read_table(settings, name, row_filter=EqualTo("batch_id", batch_id), **kwargs)  # type: ignore[arg-type]
+
+
+def replace_rows(
+    settings: Settings,
+    name: str,
+    data: pa.Table,
+    where: BooleanExpression,
+    snapshot_properties: dict[str, str] | None = None,
+) -> int:
+    """Atomically replace the rows matching `where` with `data`; return the new snapshot id.
+
+    One transaction: readers see the old rows or the new ones, never a mix, and a crash
+    leaves the old snapshot in place. Ray may retry a stage, so writes must be replacements.
+    """
+    table = load_table(settings, name)
+    data = conform(data, table_schema(name))
+    with warnings.catch_warnings():
+        # A first run of a batch has nothing to delete; pyiceberg warns about that, harmlessly.
+        warnings.filterwarnings("ignore", message="Delete operation did not match any records")
+        with table.transaction() as tx:
+            tx.overwrite(
+                data, overwrite_filter=where, snapshot_properties=snapshot_properties or {}
+            )
+    table = table.refresh()
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        raise RuntimeError(f"table {name} has no snapshot after a commit")
+    return snapshot.snapshot_id
+
+
+def append_rows(settings: Settings, name: str, data: pa.Table) -> None:
+    """Append rows to a log-like table (stage runs, check results, registries)."""
+    table = load_table(settings, name)
+    table.append(conform(data, table_schema(name)))
+
+
+def current_snapshot_id(settings: Settings, name: str) -> int | None:
+    snapshot = load_table(settings, name).current_snapshot()
+    return snapshot.snapshot_id if snapshot else None

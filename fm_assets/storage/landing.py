@@ -1,0 +1,228 @@
+"""The landing zone: immutable, content-addressed batches of input files with a manifest.
+
+Layout in the object store:
+
+    landing/batches/<batch_id>/files/<sha256[:16]>-<name>   the landed bytes, never modified
+    landing/batches/<batch_id>/manifest.json               written last: its presence publishes
+    landing/published/<ingest ns>-<batch_id>               append-only log the sensor follows
+
+A batch id derives from the files' content alone, so landing the same files again finds the
+existing batch and does no new work.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import shutil
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from fm_assets.settings import PIPELINE_VERSION
+from fm_assets.storage.objectstore import ObjectStore
+
+MANIFEST_FORMAT_VERSION = 1
+_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class LandedFile:
+    """One file of a batch: its original name, content hash, size and object key."""
+
+    name: str
+    sha256: str
+    size: int
+    key: str
+
+
+@dataclass(frozen=True)
+class BatchManifest:
+    """What a landing batch holds and where it came from; immutable once published."""
+
+    format_version: int
+    batch_id: str
+    source: str
+    license: str
+    namespace: str
+    ingested_at: str  # ISO-8601 UTC
+    tool_version: str
+    files: tuple[LandedFile, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> BatchManifest:
+        raw = json.loads(text)
+        if raw.get("format_version") != MANIFEST_FORMAT_VERSION:
+            raise ValueError(
+                f"landing manifest format {raw.get('format_version')!r} is not supported "
+                f"(this fm reads {MANIFEST_FORMAT_VERSION}); upgrade fm-platform"
+            )
+        raw["files"] = tuple(LandedFile(**f) for f in raw["files"])
+        return cls(**raw)
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def batch_id_for(file_hashes: Iterable[str]) -> str:
+    """The batch id of a set of files: a hash of their sorted content hashes."""
+    digest = hashlib.sha256("\n".join(sorted(set(file_hashes))).encode()).hexdigest()
+    return f"b-{digest[:20]}"
+
+
+def _batch_prefix(batch_id: str) -> str:
+    return f"landing/batches/{batch_id}"
+
+
+def read_manifest(store: ObjectStore, batch_id: str) -> BatchManifest:
+    key = f"{_batch_prefix(batch_id)}/manifest.json"
+    if not store.exists(key):
+        raise ValueError(
+            f"landing batch {batch_id} does not exist (no {store.uri(key)}); "
+            "list batches with `fm status` or land files with `fm land`"
+        )
+    return BatchManifest.from_json(store.read_bytes(key).decode())
+
+
+def list_batches(store: ObjectStore) -> list[BatchManifest]:
+    """All published batches in publication order."""
+    return [read_manifest(store, batch_id) for _, batch_id in published_log(store)]
+
+
+def published_log(store: ObjectStore, after: str | None = None) -> list[tuple[str, str]]:
+    """(log entry, batch id) pairs in publication order, optionally only those after `after`."""
+    entries = store.list_dir("landing/published")
+    out = []
+    for entry in entries:
+        if after is not None and entry <= after:
+            continue
+        _, _, batch_id = entry.partition("-")
+        out.append((entry, batch_id))
+    return out
+
+
+def land_files(
+    store: ObjectStore,
+    paths: Sequence[Path],
+    *,
+    source: str,
+    license: str,
+    namespace: str = "default",
+) -> tuple[BatchManifest, bool]:
+    """Copy `paths` into a new immutable batch; return (manifest, created).
+
+    `created` is False when a batch with exactly these files was landed before; landing it
+    again with different source, license or namespace is refused rather than silently merged.
+    """
+    if not paths:
+        raise ValueError("nothing to land: name at least one file")
+    for name, value in (("source", source), ("license", license), ("namespace", namespace)):
+        if not value or "/" in value:
+            raise ValueError(f"--{name} must be a non-empty name without '/', got {value!r}")
+    resolved = []
+    for path in paths:
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"cannot land {path}: not a readable file")
+        resolved.append((path, _sha256_file(path), path.stat().st_size))
+    # The same bytes named twice are one file of the batch.
+    unique: dict[str, tuple[Path, int]] = {}
+    for path, sha, size in resolved:
+        unique.setdefault(sha, (path, size))
+    batch_id = batch_id_for(unique)
+    prefix = _batch_prefix(batch_id)
+
+    if store.exists(f"{prefix}/manifest.json"):
+        existing = read_manifest(store, batch_id)
+        if (existing.source, existing.license, existing.namespace) != (source, license, namespace):
+            raise ValueError(
+                f"these files were landed already as {batch_id} with source={existing.source} "
+                f"license={existing.license} namespace={existing.namespace}; "
+                "a batch's metadata is immutable"
+            )
+        # A crash between publishing and logging would hide the batch from the sensor.
+        if not any(b == batch_id for _, b in published_log(store)):
+            _log_publication(store, batch_id)
+        return existing, False
+
+    now = dt.datetime.now(dt.UTC)
+    files = tuple(
+        LandedFile(
+            name=path.name,
+            sha256=sha,
+            size=size,
+            key=f"{prefix}/files/{sha[:16]}-{path.name}",
+        )
+        for sha, (path, size) in sorted(unique.items(), key=lambda item: item[1][0].name)
+    )
+    manifest = BatchManifest(
+        format_version=MANIFEST_FORMAT_VERSION,
+        batch_id=batch_id,
+        source=source,
+        license=license,
+        namespace=namespace,
+        ingested_at=now.isoformat(),
+        tool_version=PIPELINE_VERSION,
+        files=files,
+    )
+    sources = {sha: path for sha, (path, _) in unique.items()}
+    if store.is_local:
+        _publish_local(store, manifest, sources)
+    else:
+        _publish_remote(store, manifest, sources)
+    _log_publication(store, batch_id)
+    return manifest, True
+
+
+def _log_publication(store: ObjectStore, batch_id: str) -> None:
+    stamp = f"{int(dt.datetime.now(dt.UTC).timestamp() * 1e6):020d}"
+    store.write_bytes_atomic(f"landing/published/{stamp}-{batch_id}", b"")
+
+
+def _publish_local(store: ObjectStore, manifest: BatchManifest, sources: dict[str, Path]) -> None:
+    """Build the batch under a temporary prefix, then rename it into place in one step."""
+    tmp_key = f"landing/tmp/{uuid.uuid4().hex}"
+    tmp_dir = Path(store.path(tmp_key))
+    (tmp_dir / "files").mkdir(parents=True)
+    try:
+        for landed in manifest.files:
+            shutil.copyfile(sources[landed.sha256], tmp_dir / "files" / Path(landed.key).name)
+        (tmp_dir / "manifest.json").write_text(manifest.to_json())
+        final = Path(store.path(_batch_prefix(manifest.batch_id)))
+        final.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            tmp_dir.rename(final)
+        except OSError:
+            if not (final / "manifest.json").exists():
+                raise
+            # Another process published the same batch first; theirs is identical.
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def _publish_remote(store: ObjectStore, manifest: BatchManifest, sources: dict[str, Path]) -> None:
+    """Object stores have no rename: upload the files, then the manifest, which publishes."""
+    for landed in manifest.files:
+        with (
+            sources[landed.sha256].open("rb") as src,
+            store.fs.open_output_stream(store.path(landed.key)) as dst,
+        ):
+            while chunk := src.read(_CHUNK):
+                dst.write(chunk)
+    store.write_bytes_atomic(
+        f"{_batch_prefix(manifest.batch_id)}/manifest.json", manifest.to_json().encode()
+    )

@@ -1,0 +1,153 @@
+"""Arrow schemas of every table the platform writes, and the columns every document row carries.
+
+Every document table keeps the provenance columns, from the raw record to the tokenized document,
+so any row can be traced to its landing batch, file and raw bytes.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+# Carried unchanged by every document table, from raw_documents to tokenized_documents.
+PROVENANCE_FIELDS: list[pa.Field] = [
+    pa.field("doc_id", pa.string(), nullable=False),  # sha256 hex of the raw record bytes
+    pa.field("raw_sha256", pa.string(), nullable=False),
+    pa.field("batch_id", pa.string(), nullable=False),
+    pa.field("record_id", pa.string(), nullable=False),  # "<file sha256[:16]>:<record index>"
+    pa.field("source_file", pa.string(), nullable=False),  # file name inside the landing batch
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("license", pa.string(), nullable=False),
+    pa.field("namespace", pa.string(), nullable=False),
+    pa.field("url", pa.string(), nullable=True),
+    pa.field(
+        "lang_hint", pa.string(), nullable=True
+    ),  # from the input (JSONL `lang`), not detected
+    pa.field("external_id", pa.string(), nullable=True),  # the input's own id (JSONL `id`)
+]
+
+RAW_DOCUMENTS = pa.schema(
+    [
+        *PROVENANCE_FIELDS,
+        pa.field("content_type", pa.string(), nullable=False),  # "html" or "text"
+        pa.field("charset", pa.string(), nullable=True),  # declared by HTTP header / meta, if any
+        pa.field("raw_size", pa.int64(), nullable=False),
+        pa.field("raw_content", pa.large_binary(), nullable=False),
+    ]
+)
+
+TEXT_DOCUMENTS = pa.schema(
+    [
+        *PROVENANCE_FIELDS,
+        pa.field("content_type", pa.string(), nullable=False),
+        pa.field("text", pa.large_string(), nullable=False),
+    ]
+)
+
+TOKENIZED_DOCUMENTS = pa.schema(
+    [
+        *PROVENANCE_FIELDS,
+        pa.field("text", pa.large_string(), nullable=False),
+        pa.field("tokenizer_hash", pa.string(), nullable=False),
+        pa.field("num_tokens", pa.int64(), nullable=False),
+        pa.field("tokens", pa.large_list(pa.int32()), nullable=False),
+    ]
+)
+
+# What a stage hands back for each record it does not keep; the runner adds batch/stage/version.
+QUARANTINED_RECORDS = pa.schema(
+    [
+        pa.field("record_id", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=True),  # null when the record had no content
+        pa.field("raw_sha256", pa.string(), nullable=True),
+        pa.field("source_file", pa.string(), nullable=True),
+        pa.field("rule", pa.string(), nullable=False),  # short machine code: exact_duplicate, ...
+        pa.field("reason", pa.string(), nullable=False),  # human-readable explanation
+    ]
+)
+
+QUARANTINE = pa.schema(
+    [
+        pa.field("batch_id", pa.string(), nullable=False),
+        pa.field("stage", pa.string(), nullable=False),
+        pa.field("code_version", pa.string(), nullable=False),
+        *QUARANTINED_RECORDS,
+        pa.field("quarantined_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+# One row per committed stage run of one batch: the content key that makes reruns free.
+STAGE_RUNS = pa.schema(
+    [
+        pa.field("batch_id", pa.string(), nullable=False),
+        pa.field("stage", pa.string(), nullable=False),
+        pa.field("code_version", pa.string(), nullable=False),
+        pa.field("config_hash", pa.string(), nullable=False),
+        pa.field("stage_key", pa.string(), nullable=False),
+        pa.field("input_snapshot_id", pa.int64(), nullable=True),
+        pa.field("output_snapshot_id", pa.int64(), nullable=False),
+        pa.field("records_in", pa.int64(), nullable=False),
+        pa.field("records_kept", pa.int64(), nullable=False),
+        pa.field("records_quarantined", pa.int64(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=True),
+        pa.field("committed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+# One row per evaluation of a data check, written by the Dagster checks and read by `fm status`
+# and `fm version create` (which takes only batches whose latest checks all passed).
+CHECK_RESULTS = pa.schema(
+    [
+        pa.field("asset", pa.string(), nullable=False),
+        pa.field("partition", pa.string(), nullable=False),
+        pa.field("check_name", pa.string(), nullable=False),
+        pa.field("passed", pa.bool_(), nullable=False),
+        pa.field("description", pa.string(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=True),
+        pa.field("checked_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+TOKENIZERS = pa.schema(
+    [
+        pa.field("tokenizer_hash", pa.string(), nullable=False),  # sha256 of tokenizer.json bytes
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("vocab_size", pa.int64(), nullable=False),
+        pa.field("uri", pa.string(), nullable=False),  # copy inside the object store
+        pa.field("registered_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+DATASET_VERSIONS = pa.schema(
+    [
+        pa.field("version_key", pa.string(), nullable=False),  # "<dataset>@v<N>"
+        pa.field("dataset", pa.string(), nullable=False),
+        pa.field("version", pa.int64(), nullable=False),
+        pa.field("batches", pa.list_(pa.string()), nullable=False),
+        pa.field("snapshot_ids", pa.string(), nullable=False),  # JSON {table: snapshot id}
+        pa.field("code_versions", pa.string(), nullable=False),  # JSON {stage: code version}
+        pa.field("tokenizer_hash", pa.string(), nullable=False),
+        pa.field("num_documents", pa.int64(), nullable=False),
+        pa.field("num_tokens", pa.int64(), nullable=False),
+        pa.field(
+            "content_hash", pa.string(), nullable=False
+        ),  # over sorted (doc_id) of the version
+        pa.field("run_id", pa.string(), nullable=True),
+        pa.field("created_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+SHARD_SETS = pa.schema(
+    [
+        pa.field("shard_set_key", pa.string(), nullable=False),  # "<version_key>/<shard config>"
+        pa.field("version_key", pa.string(), nullable=False),
+        pa.field("shard_config", pa.string(), nullable=False),  # "<tokenizer hash[:12]>-s<seq_len>"
+        pa.field("tokenizer_hash", pa.string(), nullable=False),
+        pa.field("seq_len", pa.int64(), nullable=False),
+        pa.field("uri", pa.string(), nullable=False),  # directory holding index.json + manifest
+        pa.field("manifest_sha256", pa.string(), nullable=False),
+        pa.field("num_samples", pa.int64(), nullable=False),
+        pa.field("num_tokens", pa.int64(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=True),
+        pa.field("created_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)

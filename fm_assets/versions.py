@@ -1,0 +1,218 @@
+"""Dataset versions: immutable `<dataset>@v<N>` cuts over the curated tables.
+
+A version is a row in `dataset_versions` plus an Iceberg tag of the same name on every document
+table, so its documents can be read back exactly as they were, whatever later runs commit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.expressions import EqualTo, In
+
+from fm_assets import pipeline
+from fm_assets.runner import latest_stage_run
+from fm_assets.settings import Settings
+from fm_assets.storage import catalog
+from fm_assets.storage.landing import published_log
+from fm_assets.storage.objectstore import open_object_store
+
+_KEY = re.compile(r"^(?P<dataset>[a-z0-9][a-z0-9_.-]*)@v(?P<n>[1-9][0-9]*)$")
+DATASET_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+DOCUMENT_TABLES = pipeline.STAGE_NAMES
+
+
+@dataclass(frozen=True)
+class DatasetVersion:
+    version_key: str
+    dataset: str
+    version: int
+    batches: tuple[str, ...]
+    snapshot_ids: dict[str, int]
+    code_versions: dict[str, str]
+    tokenizer_hash: str
+    num_documents: int
+    num_tokens: int
+    content_hash: str
+
+    @classmethod
+    def from_row(cls, row: dict[str, object]) -> DatasetVersion:
+        return cls(
+            version_key=str(row["version_key"]),
+            dataset=str(row["dataset"]),
+            version=int(row["version"]),  # type: ignore[arg-type]
+            batches=tuple(row["batches"]),  # type: ignore[arg-type]
+            snapshot_ids={k: int(v) for k, v in json.loads(str(row["snapshot_ids"])).items()},
+            code_versions=json.loads(str(row["code_versions"])),
+            tokenizer_hash=str(row["tokenizer_hash"]),
+            num_documents=int(row["num_documents"]),  # type: ignore[arg-type]
+            num_tokens=int(row["num_tokens"]),  # type: ignore[arg-type]
+            content_hash=str(row["content_hash"]),
+        )
+
+
+def parse_version_key(key: str) -> tuple[str, int]:
+    match = _KEY.match(key)
+    if not match:
+        raise ValueError(f"{key!r} is not a version key; expected DATASET@vN, e.g. web@v1")
+    return match["dataset"], int(match["n"])
+
+
+def read_version(settings: Settings, version_key: str) -> DatasetVersion | None:
+    rows = catalog.read_table(
+        settings, "dataset_versions", row_filter=EqualTo("version_key", version_key)
+    ).to_pylist()
+    return DatasetVersion.from_row(rows[0]) if rows else None
+
+
+def require_version(settings: Settings, version_key: str) -> DatasetVersion:
+    version = read_version(settings, version_key)
+    if version is None:
+        raise ValueError(
+            f"dataset version {version_key} does not exist; create one with "
+            f"`fm version create {version_key.split('@')[0]}`"
+        )
+    return version
+
+
+def next_version_key(settings: Settings, dataset: str) -> str:
+    if not DATASET_NAME.match(dataset):
+        raise ValueError(f"dataset name {dataset!r} must match {DATASET_NAME.pattern}")
+    rows = catalog.read_table(
+        settings, "dataset_versions", row_filter=EqualTo("dataset", dataset), columns=("version",)
+    )
+    latest = pc.max(rows.column("version")).as_py() if rows.num_rows else 0
+    return f"{dataset}@v{(latest or 0) + 1}"
+
+
+def default_batches(settings: Settings) -> list[str]:
+    """Every published batch whose stages all ran and whose latest checks all passed."""
+    from fm_assets.checks.data_checks import batches_passing_checks
+
+    published = list(dict.fromkeys(b for _, b in published_log(open_object_store(settings))))
+    return batches_passing_checks(settings, published)
+
+
+def create_version(
+    settings: Settings, version_key: str, batches: list[str] | None, run_id: str | None
+) -> tuple[DatasetVersion, bool]:
+    """Cut `version_key` over `batches` (default: all passing ones); return (version, created)."""
+    dataset, number = parse_version_key(version_key)
+    chosen = sorted(set(batches or default_batches(settings)))
+    if not chosen:
+        raise ValueError(
+            "no landing batch has passed its checks: process one with `fm run --batch ID`, "
+            "or name batches with --batches"
+        )
+    existing = read_version(settings, version_key)
+    if existing is not None:
+        if tuple(chosen) != existing.batches:
+            raise ValueError(
+                f"{version_key} already exists over other batches; versions are immutable: "
+                f"create {dataset}@v{number + 1} instead"
+            )
+        return existing, False
+
+    final_stage = pipeline.STAGE_NAMES[-1]
+    stage_keys = []
+    code_versions: dict[str, str] = {}
+    for batch_id in chosen:
+        for stage in pipeline.STAGE_NAMES:
+            run = latest_stage_run(settings, batch_id, stage)
+            if run is None:
+                raise ValueError(
+                    f"batch {batch_id} has not run {stage}; run `fm run --batch {batch_id}`"
+                )
+            code_versions[stage] = str(run["code_version"])
+            if stage == final_stage:
+                stage_keys.append(str(run["stage_key"]))
+
+    snapshot_ids = {t: catalog.current_snapshot_id(settings, t) for t in DOCUMENT_TABLES}
+    docs = catalog.read_table(
+        settings,
+        final_stage,
+        row_filter=In("batch_id", chosen),
+        snapshot_id=snapshot_ids[final_stage],
+        columns=("doc_id", "num_tokens", "tokenizer_hash"),
+    )
+    tokenizers = pc.unique(docs.column("tokenizer_hash")).to_pylist()
+    if len(tokenizers) > 1:
+        raise ValueError(
+            f"batches were tokenized with {len(tokenizers)} different tokenizers; rerun them "
+            "with one default tokenizer (`fm tokenizer register PATH --default`, then `fm run`)"
+        )
+    doc_ids = sorted(docs.column("doc_id").to_pylist())
+    content_hash = hashlib.sha256("\n".join([*sorted(stage_keys), *doc_ids]).encode()).hexdigest()
+
+    for table_name, snapshot_id in snapshot_ids.items():
+        if snapshot_id is not None:
+            table = catalog.load_table(settings, table_name)
+            manage = table.manage_snapshots()
+            if version_key in table.metadata.refs:
+                # Left by an attempt that crashed before writing the version row.
+                manage = manage.remove_tag(version_key)
+            manage.create_tag(snapshot_id, version_key).commit()
+
+    version = DatasetVersion(
+        version_key=version_key,
+        dataset=dataset,
+        version=number,
+        batches=tuple(chosen),
+        snapshot_ids={k: v for k, v in snapshot_ids.items() if v is not None},
+        code_versions=code_versions,
+        tokenizer_hash=tokenizers[0] if tokenizers else "",
+        num_documents=docs.num_rows,
+        num_tokens=int(pc.sum(docs.column("num_tokens")).as_py() or 0),
+        content_hash=content_hash,
+    )
+    row = {
+        "version_key": version.version_key,
+        "dataset": dataset,
+        "version": number,
+        "batches": list(version.batches),
+        "snapshot_ids": json.dumps(version.snapshot_ids, sort_keys=True),
+        "code_versions": json.dumps(code_versions, sort_keys=True),
+        "tokenizer_hash": version.tokenizer_hash,
+        "num_documents": version.num_documents,
+        "num_tokens": version.num_tokens,
+        "content_hash": content_hash,
+        "run_id": run_id,
+        "created_at": dt.datetime.now(dt.UTC),
+    }
+    catalog.append_rows(settings, "dataset_versions", pa.Table.from_pylist([row]))
+    return version, True
+
+
+def version_documents(
+    settings: Settings, version: DatasetVersion, table: str, columns: tuple[str, ...] | None = None
+) -> pa.Table:
+    """The version's rows of a document table, read at the version's tagged snapshot."""
+    return catalog.read_table(
+        settings,
+        table,
+        row_filter=In("batch_id", list(version.batches)),
+        snapshot_id=version.snapshot_ids[table],
+        columns=columns,
+    )
+
+
+def version_counts_match(settings: Settings, version: DatasetVersion) -> tuple[bool, str]:
+    """Recount the version's documents and tokens at its tags; compare with the row."""
+    docs = version_documents(settings, version, pipeline.STAGE_NAMES[-1], ("doc_id", "num_tokens"))
+    tokens = int(pc.sum(docs.column("num_tokens")).as_py() or 0)
+    unique = len(set(docs.column("doc_id").to_pylist()))
+    ok = (docs.num_rows, tokens, unique) == (
+        version.num_documents,
+        version.num_tokens,
+        docs.num_rows,
+    )
+    return ok, (
+        f"{docs.num_rows} documents ({unique} unique), {tokens} tokens; "
+        f"recorded {version.num_documents} documents, {version.num_tokens} tokens"
+    )

@@ -1,0 +1,192 @@
+"""From what a trainer names ("web@v1" or a directory) to one verified, compatible shard set.
+
+Version keys are looked up read-only in the Iceberg table `<namespace>.shard_sets`; a version may
+have several shard sets (one per tokenizer x seq_len), and `seq_len` / tokenizer pick one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fm_assets.settings import Settings, load_settings
+from fm_loader.manifest import (
+    ShardSetManifest,
+    local_directory,
+    read_manifest_bytes,
+    schema_fingerprint,
+)
+
+VERSION_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*@v[0-9]+")
+BUILD_HINT = "build it with `fm shards build {version} --tokenizer PATH --seq-len N`"
+
+
+@dataclass(frozen=True)
+class ResolvedShardSet:
+    """A shard set located, its manifest read, and the manifest's bytes hashed."""
+
+    source: str  # what the caller asked for
+    directory: Path
+    manifest: ShardSetManifest
+    manifest_sha256: str
+
+
+def tokenizer_file_hash(path: str | Path) -> str:
+    """sha256 of a tokenizer.json file's bytes: the platform's tokenizer identity."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def resolve_shard_set(
+    source: str,
+    *,
+    seq_len: int | None = None,
+    tokenizer_hash: str | None = None,
+    settings: Settings | None = None,
+) -> ResolvedShardSet:
+    """Locate a shard set by version key (through the catalog) or by directory / file:// URI."""
+    if VERSION_KEY.fullmatch(source):
+        row = _select_row(
+            source, _catalog_rows(source, settings or load_settings()), seq_len, tokenizer_hash
+        )
+        directory = local_directory(row["uri"])
+        data = read_manifest_bytes(directory)
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != row["manifest_sha256"]:
+            raise ValueError(
+                f"the manifest of {row['shard_set_key']} at {row['uri']} has sha256 {digest}, "
+                f"but the catalog registered {row['manifest_sha256']}: the shard set changed "
+                f"after it was registered; {BUILD_HINT.format(version=source)}"
+            )
+        manifest = ShardSetManifest.from_json(data.decode("utf-8"))
+        if manifest.source_version != source:
+            raise ValueError(
+                f"catalog row for {source} points at {row['uri']}, whose manifest says it was "
+                f"built from {manifest.source_version}; {BUILD_HINT.format(version=source)}"
+            )
+    else:
+        directory = local_directory(source)
+        data = read_manifest_bytes(directory)
+        manifest = ShardSetManifest.from_json(data.decode("utf-8"))
+    return ResolvedShardSet(
+        source=source,
+        directory=directory,
+        manifest=manifest,
+        manifest_sha256=hashlib.sha256(data).hexdigest(),
+    )
+
+
+def _catalog_rows(version_key: str, settings: Settings) -> list[dict[str, Any]]:
+    """Rows of `shard_sets` for one version, read-only; [] when catalog or table is absent."""
+    sqlite_path = settings.catalog_uri.removeprefix("sqlite:///")
+    if sqlite_path != settings.catalog_uri and not Path(sqlite_path).exists():
+        # SqlCatalog would create an empty database file: a loader must not write.
+        return []
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+    from pyiceberg.expressions import EqualTo
+
+    properties = {
+        "uri": settings.catalog_uri,
+        "warehouse": settings.warehouse,
+        "init_catalog_tables": "false",  # read-only: never create the catalog's own tables
+    }
+    if settings.s3_endpoint:
+        properties["s3.endpoint"] = settings.s3_endpoint
+    catalog = SqlCatalog(settings.catalog_name, **properties)
+    try:
+        table = catalog.load_table(f"{settings.namespace}.shard_sets")
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return []
+    # mypy reads EqualTo's pydantic fields, not its positional __init__.
+    scan = table.scan(row_filter=EqualTo("version_key", version_key))  # type: ignore[call-arg,arg-type]
+    rows: list[dict[str, Any]] = scan.to_arrow().to_pylist()
+    return rows
+
+
+def _describe(row: dict[str, Any]) -> str:
+    return f"{row['shard_set_key']} (seq_len={row['seq_len']}, tokenizer={row['tokenizer_hash']})"
+
+
+def _select_row(
+    version_key: str,
+    rows: list[dict[str, Any]],
+    seq_len: int | None,
+    tokenizer_hash: str | None,
+) -> dict[str, Any]:
+    """Pick the one shard set of a version matching seq_len / tokenizer, or say how to choose."""
+    if not rows:
+        raise ValueError(
+            f"unknown dataset version {version_key}: no shard set is registered for it; "
+            + BUILD_HINT.format(version=version_key)
+        )
+    # A rebuilt shard set appends a new row under the same key: the latest registration wins.
+    latest: dict[str, dict[str, Any]] = {}
+    for row in sorted(rows, key=lambda r: r["created_at"]):
+        latest[row["shard_set_key"]] = row
+    candidates = [
+        row
+        for row in latest.values()
+        if (seq_len is None or row["seq_len"] == seq_len)
+        and (tokenizer_hash is None or row["tokenizer_hash"] == tokenizer_hash)
+    ]
+    available = "; ".join(_describe(r) for r in sorted(latest.values(), key=_describe))
+    if not candidates:
+        raise ValueError(
+            f"no shard set of {version_key} matches seq_len={seq_len}, "
+            f"tokenizer hash={tokenizer_hash}. Available: {available}. Pass a matching "
+            f"seq_len= / tokenizer=, or {BUILD_HINT.format(version=version_key)}"
+        )
+    if len(candidates) > 1:
+        raise ValueError(
+            f"{version_key} has {len(candidates)} shard sets matching seq_len={seq_len}, "
+            f"tokenizer hash={tokenizer_hash}: {available}. Choose one with seq_len= and/or "
+            "tokenizer= (a tokenizer.json path)"
+        )
+    return candidates[0]
+
+
+def check_compatible(
+    manifest: ShardSetManifest,
+    *,
+    seq_len: int | None = None,
+    tokenizer_hash: str | None = None,
+    expected_tokenizer_hash: str | None = None,
+    expected_schema_fingerprint: str | None = None,
+) -> None:
+    """Refuse a shard set this trainer or this loader version cannot serve correctly."""
+    where = f"shard set {manifest.shard_set_key}"
+    rebuild = BUILD_HINT.format(version=manifest.source_version)
+    ours = schema_fingerprint(manifest.seq_len, manifest.token_dtype)
+    if manifest.schema_fingerprint != ours:
+        raise ValueError(
+            f"{where} has schema fingerprint {manifest.schema_fingerprint}, but this loader "
+            f"computes {ours} for seq_len={manifest.seq_len}, dtype={manifest.token_dtype}: it "
+            f"was written with a different column layout. Upgrade fm_loader to match the "
+            f"writer, or {rebuild}"
+        )
+    if expected_schema_fingerprint is not None and expected_schema_fingerprint != ours:
+        raise ValueError(
+            f"{where} has schema fingerprint {manifest.schema_fingerprint}, the trainer expects "
+            f"{expected_schema_fingerprint}. Use a shard set written with the expected layout "
+            f"or update the trainer's expected fingerprint; {rebuild}"
+        )
+    for label, wanted in (
+        ("expected_tokenizer_hash", expected_tokenizer_hash),
+        ("tokenizer file", tokenizer_hash),
+    ):
+        if wanted is not None and wanted != manifest.tokenizer_hash:
+            raise ValueError(
+                f"{where} was tokenized with tokenizer {manifest.tokenizer_hash}, but the "
+                f"trainer's {label} has hash {wanted}. Train with the shard set's tokenizer, or "
+                f"build a shard set for yours: `fm shards build {manifest.source_version} "
+                "--tokenizer PATH --seq-len N`"
+            )
+    if seq_len is not None and seq_len != manifest.seq_len:
+        raise ValueError(
+            f"{where} has seq_len {manifest.seq_len}, the trainer asked for {seq_len}. Pass "
+            f"seq_len={manifest.seq_len}, or build one: `fm shards build "
+            f"{manifest.source_version} --tokenizer PATH --seq-len {seq_len}`"
+        )

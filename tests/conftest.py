@@ -1,0 +1,50 @@
+"""Shared fixtures: paths to the real shared data, a fresh FM_HOME per test, one Ray per session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fm_assets.settings import Settings, load_settings
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+WARC_DIR = SHARED_DATA / "warc"
+NEOX_TOKENIZER = SHARED_DATA / "tokenizers" / "gpt-neox-20b.json"
+LLAMA_TOKENIZER = SHARED_DATA / "tokenizers" / "llama2-style-32k.json"
+
+# Tests run on one machine with one trusted user; Ray's token auth is for clusters.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not SHARED_DATA.is_dir():
+        raise pytest.UsageError(
+            f"the shared test data is missing: expected {SHARED_DATA} next to the repository"
+        )
+
+
+@pytest.fixture
+def fm_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Settings over a fresh FM_HOME (also exported, for code that reads the environment)."""
+    home = tmp_path / "fm-home"
+    monkeypatch.setenv("FM_HOME", str(home))
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    return load_settings()
+
+
+@pytest.fixture(scope="session")
+def ray_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One local Ray for the whole session: starting Ray costs 10-25 s."""
+    import ray
+
+    from fm_assets.compute import ensure_ray
+
+    home = tmp_path_factory.mktemp("ray-home")
+    ensure_ray(load_settings({"FM_HOME": str(home), "FM_RAY_NUM_CPUS": "2"}))
+    yield
+    ray.shutdown()

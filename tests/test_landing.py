@@ -1,0 +1,86 @@
+"""The landing zone: content-addressed, immutable, atomic batches and the `fm land` command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fm_assets.settings import Settings
+from fm_assets.storage.landing import land_files, list_batches, published_log, read_manifest
+from fm_assets.storage.objectstore import open_object_store
+from tests.conftest import REPO, WARC_DIR
+
+
+def test_same_files_land_as_the_same_batch(fm_settings: Settings, tmp_path: Path) -> None:
+    store = open_object_store(fm_settings)
+    a, b = tmp_path / "a.txt", tmp_path / "b.jsonl"
+    a.write_text("first document\n")
+    b.write_text(json.dumps({"text": "second"}) + "\n")
+    first, created = land_files(store, [a, b], source="unit", license="CC0-1.0")
+    again, created_again = land_files(store, [b, a], source="unit", license="CC0-1.0")
+    assert created and not created_again
+    assert again.batch_id == first.batch_id
+    assert [e for _, e in published_log(store)] == [first.batch_id]
+    manifest = read_manifest(store, first.batch_id)
+    assert {f.name for f in manifest.files} == {"a.txt", "b.jsonl"}
+    assert (manifest.source, manifest.license, manifest.namespace) == ("unit", "CC0-1.0", "default")
+    assert all(len(f.sha256) == 64 and f.size > 0 for f in manifest.files)
+    assert manifest.tool_version and manifest.ingested_at
+    # No temporary prefix is left behind once a batch is published.
+    assert store.list_dir("landing/tmp") == []
+
+
+def test_relanding_with_other_metadata_is_refused(fm_settings: Settings, tmp_path: Path) -> None:
+    store = open_object_store(fm_settings)
+    path = tmp_path / "doc.txt"
+    path.write_text("some text")
+    land_files(store, [path], source="unit", license="CC0-1.0")
+    with pytest.raises(ValueError, match="immutable"):
+        land_files(store, [path], source="unit", license="MIT")
+
+
+def test_landed_bytes_are_identical_and_batches_ordered(fm_settings: Settings) -> None:
+    store = open_object_store(fm_settings)
+    warcs = sorted(WARC_DIR.glob("*.warc.gz"))
+    first, _ = land_files(store, warcs[:1], source="cc", license="Apache-2.0")
+    second, _ = land_files(store, warcs[1:], source="cc", license="Apache-2.0")
+    assert [m.batch_id for m in list_batches(store)] == [first.batch_id, second.batch_id]
+    for landed in second.files:
+        original = next(p for p in warcs if p.name == landed.name)
+        assert store.read_bytes(landed.key) == original.read_bytes()
+
+
+def test_bad_arguments_fail_with_a_message(fm_settings: Settings, tmp_path: Path) -> None:
+    store = open_object_store(fm_settings)
+    with pytest.raises(ValueError, match="not a readable file"):
+        land_files(store, [tmp_path / "missing.txt"], source="unit", license="MIT")
+    path = tmp_path / "x.txt"
+    path.write_text("x")
+    with pytest.raises(ValueError, match="--source"):
+        land_files(store, [path], source="a/b", license="MIT")
+
+
+def test_fm_land_prints_the_batch_id_last(fm_settings: Settings, tmp_path: Path) -> None:
+    path = tmp_path / "doc.html"
+    path.write_text("<html><body><p>Hello landing zone.</p></body></html>")
+    command = [
+        sys.executable,
+        "-m",
+        "fm_assets.cli",
+        "land",
+        str(path),
+        "--source",
+        "web",
+        "--license",
+        "CC-BY-4.0",
+    ]
+    out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=REPO)
+    batch_id = out.stdout.strip().splitlines()[-1]
+    assert batch_id.startswith("b-")
+    again = subprocess.run(command, capture_output=True, text=True, check=True, cwd=REPO)
+    assert again.stdout.strip().splitlines()[-1] == batch_id
+    assert "already landed" in again.stderr
