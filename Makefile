@@ -39,6 +39,7 @@ test-fast: install
 lint: install
 	$(VENV)/bin/ruff check fm_assets fm_loader tests bench
 	$(VENV)/bin/ruff format --check fm_assets fm_loader tests bench
+	$(VENV)/bin/mypy
 
 ## The Dagster UI on this FM_HOME.
 dev: install

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from fm_assets.settings import Settings
 
@@ -17,7 +18,7 @@ def ensure_ray(settings: Settings) -> None:
     # production sets RAY_AUTH_MODE=token and RAY_AUTH_TOKEN explicitly.
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     worker_env = {"TOKENIZERS_PARALLELISM": "false", "RAY_AUTH_MODE": os.environ["RAY_AUTH_MODE"]}
-    kwargs: dict[str, object] = {
+    kwargs: dict[str, Any] = {
         "runtime_env": {"env_vars": worker_env},
         "logging_level": "WARNING",
         "log_to_driver": False,

@@ -7,8 +7,6 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from pyiceberg.expressions import EqualTo, In
-
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 
@@ -39,18 +37,18 @@ def export_table(
     if batch_id:
         if "batch_id" not in schema.names:
             raise ValueError(f"{table} has no batch_id column; export it whole or by --version")
-        row_filter = EqualTo("batch_id", batch_id)
+        row_filter = catalog.where_equal("batch_id", batch_id)
     elif version_key:
         from fm_assets.versions import require_version
 
         version = require_version(settings, version_key)
         if table in version.snapshot_ids:
             snapshot_id = version.snapshot_ids[table]
-            row_filter = In("batch_id", list(version.batches))
+            row_filter = catalog.where_in("batch_id", list(version.batches))
         elif "version_key" in schema.names:
-            row_filter = EqualTo("version_key", version_key)
+            row_filter = catalog.where_equal("version_key", version_key)
         elif "batch_id" in schema.names:
-            row_filter = In("batch_id", list(version.batches))
+            row_filter = catalog.where_in("batch_id", list(version.batches))
         else:
             raise ValueError(f"{table} cannot be selected by version")
     data = catalog.read_table(settings, table, row_filter=row_filter, snapshot_id=snapshot_id)
@@ -60,4 +58,4 @@ def export_table(
             for row in batch.to_pylist():
                 f.write(json.dumps({k: _jsonable(v) for k, v in row.items()}, ensure_ascii=False))
                 f.write("\n")
-    return data.num_rows
+    return int(data.num_rows)

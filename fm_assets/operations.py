@@ -56,7 +56,7 @@ def materialize(
     warnings.filterwarnings("ignore", category=dg.PreviewWarning)
     config = {"loggers": {"console": {"config": {"log_level": "INFO"}}}, **(run_config or {})}
     result = dg.materialize(
-        list(defs.assets or []),
+        list(defs.assets or []),  # type: ignore[arg-type]
         selection=dg.AssetSelection.assets(*[dg.AssetKey(k) for k in keys]),
         partition_key=partition_key,  # type: ignore[arg-type]
         instance=dagster_instance(settings),
@@ -74,10 +74,11 @@ def materialize(
             failures.append(f"{name}: {text}")
     if not result.success:
         for event in result.all_events:
-            if event.is_step_failure and event.step_failure_data:
-                failures.append(
-                    f"step {event.step_key}: {event.step_failure_data.error.message.strip()}"
-                )
+            if not event.is_step_failure:
+                continue
+            error = event.step_failure_data.error
+            message = error.message.strip() if error else "failed"
+            failures.append(f"step {event.step_key}: {message}")
     if failures:
         raise ChecksFailed("; ".join(failures))
 

@@ -15,9 +15,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
-from pyiceberg.expressions import And, EqualTo, In
 
 from fm_assets import pipeline
 from fm_assets.compute import ensure_ray, ray_cpus
@@ -55,11 +55,13 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
 
-def latest_stage_run(settings: Settings, batch_id: str, stage: str) -> dict[str, object] | None:
+def latest_stage_run(settings: Settings, batch_id: str, stage: str) -> dict[str, Any] | None:
     runs = catalog.read_table(
         settings,
         "stage_runs",
-        row_filter=And(EqualTo("batch_id", batch_id), EqualTo("stage", stage)),
+        row_filter=catalog.where_all(
+            catalog.where_equal("batch_id", batch_id), catalog.where_equal("stage", stage)
+        ),
     ).to_pylist()
     return max(runs, key=lambda r: r["committed_at"]) if runs else None
 
@@ -144,7 +146,7 @@ def run_stage(
                 f"run `fm run --batch {batch_id}`"
             )
         upstream_key = str(upstream_run["stage_key"])
-        input_snapshot_id = int(upstream_run["output_snapshot_id"])  # type: ignore[arg-type]
+        input_snapshot_id = int(upstream_run["output_snapshot_id"])
     stage_key = _digest(upstream_key, stage.name, stage.version, stage.config_hash())
 
     last = latest_stage_run(settings, batch_id, stage_name)
@@ -157,11 +159,11 @@ def run_stage(
             code_version=stage.version,
             config_hash=stage.config_hash(),
             skipped=True,
-            records_in=int(last["records_in"]),  # type: ignore[arg-type]
-            records_kept=int(last["records_kept"]),  # type: ignore[arg-type]
-            records_quarantined=int(last["records_quarantined"]),  # type: ignore[arg-type]
+            records_in=int(last["records_in"]),
+            records_kept=int(last["records_kept"]),
+            records_quarantined=int(last["records_quarantined"]),
             input_snapshot_id=input_snapshot_id,
-            output_snapshot_id=int(last["output_snapshot_id"]),  # type: ignore[arg-type]
+            output_snapshot_id=int(last["output_snapshot_id"]),
             seconds=time.monotonic() - started,
         )
 
@@ -172,7 +174,7 @@ def run_stage(
         inputs = catalog.read_table(
             settings,
             upstream,
-            row_filter=EqualTo("batch_id", batch_id),
+            row_filter=catalog.where_equal("batch_id", batch_id),
             snapshot_id=input_snapshot_id,
         )
     progress(f"{stage_name}: {inputs.num_rows} input rows for {batch_id}")
@@ -217,7 +219,7 @@ def _earlier_documents(settings: Settings, earlier: list[str]) -> dict[str, str]
     rows = catalog.read_table(
         settings,
         "raw_documents",
-        row_filter=In("batch_id", earlier),
+        row_filter=catalog.where_in("batch_id", earlier),
         columns=("doc_id", "batch_id", "record_id"),
     )
     return {
@@ -256,7 +258,9 @@ def _commit(
         settings,
         "quarantine",
         quarantine,
-        And(EqualTo("batch_id", batch_id), EqualTo("stage", stage.name)),
+        catalog.where_all(
+            catalog.where_equal("batch_id", batch_id), catalog.where_equal("stage", stage.name)
+        ),
         {"fm.stage": stage.name, "fm.batch_id": batch_id, "fm.run_id": run_id or ""},
     )
     properties = {
@@ -269,7 +273,11 @@ def _commit(
         "fm.run_id": run_id or "",
     }
     snapshot_id = catalog.replace_rows(
-        settings, stage.output_table, result.kept, EqualTo("batch_id", batch_id), properties
+        settings,
+        stage.output_table,
+        result.kept,
+        catalog.where_equal("batch_id", batch_id),
+        properties,
     )
     run_row = {
         "batch_id": batch_id,

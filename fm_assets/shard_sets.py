@@ -14,11 +14,11 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.expressions import EqualTo
 
 from fm_assets import pipeline
 from fm_assets.packing import PackedSequence, pack_documents, packing_efficiency
@@ -92,7 +92,7 @@ def _version_tokens(
 
 def _sequences_with_tokens(
     sequences: list[PackedSequence], docs: pa.Table
-) -> Iterator[tuple[PackedSequence, np.ndarray]]:
+) -> Iterator[tuple[PackedSequence, np.ndarray[Any, Any]]]:
     tokens = docs.column("tokens").combine_chunks()
     flat = tokens.values.to_numpy(zero_copy_only=False)
     offsets = tokens.offsets.to_numpy()
@@ -105,8 +105,10 @@ def _sequences_with_tokens(
         yield sequence, np.concatenate(parts) if parts else np.empty(0, dtype=np.int32)
 
 
-def read_shard_set_row(settings: Settings, key: str) -> dict[str, object] | None:
-    rows = catalog.read_table(settings, "shard_sets", row_filter=EqualTo("shard_set_key", key))
+def read_shard_set_row(settings: Settings, key: str) -> dict[str, Any] | None:
+    rows = catalog.read_table(
+        settings, "shard_sets", row_filter=catalog.where_equal("shard_set_key", key)
+    )
     rows_list = rows.to_pylist()
     return max(rows_list, key=lambda r: r["created_at"]) if rows_list else None
 
@@ -134,7 +136,7 @@ def build_shard_set(
         manifest = read_manifest(store.path(prefix))
         if manifest.version_content_hash == version.content_hash:
             progress(f"{key}: already built, nothing to do")
-            docs_tokens = int(existing["num_tokens"])  # type: ignore[arg-type]
+            docs_tokens = int(existing["num_tokens"])
             return ShardSetBuild(manifest, store.uri(prefix), docs_tokens, created=False)
 
     docs = _version_tokens(settings, version, tokenizer, progress)
@@ -196,5 +198,6 @@ def build_shard_set(
     return ShardSetBuild(manifest, store.uri(prefix), documents_tokens, created=True)
 
 
-def manifest_summary(manifest: ShardSetManifest) -> dict[str, object]:
-    return json.loads(manifest.to_json()) | {"shards": len(manifest.shards)}
+def manifest_summary(manifest: ShardSetManifest) -> dict[str, Any]:
+    summary: dict[str, Any] = json.loads(manifest.to_json())
+    return summary | {"shards": len(manifest.shards)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fm_assets import pipeline
 from fm_assets.checks.data_checks import latest_check_results
 from fm_assets.settings import Settings
@@ -13,7 +15,7 @@ from fm_assets.storage.objectstore import open_object_store
 def render_status(settings: Settings) -> str:
     lines = [f"FM_HOME {settings.home}", "", "landing batches:"]
     runs = catalog.read_table(settings, "stage_runs").to_pylist()
-    latest: dict[tuple[str, str], dict[str, object]] = {}
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
     for run in runs:
         key = (str(run["batch_id"]), str(run["stage"]))
         if key not in latest or run["committed_at"] >= latest[key]["committed_at"]:

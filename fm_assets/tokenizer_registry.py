@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-from pyiceberg.expressions import EqualTo
 
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
@@ -66,7 +65,7 @@ def register_tokenizer(
 
 def find_tokenizer(settings: Settings, tokenizer_hash: str) -> TokenizerInfo | None:
     rows = catalog.read_table(
-        settings, "tokenizers", row_filter=EqualTo("tokenizer_hash", tokenizer_hash)
+        settings, "tokenizers", row_filter=catalog.where_equal("tokenizer_hash", tokenizer_hash)
     ).to_pylist()
     if not rows:
         return None

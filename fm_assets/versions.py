@@ -11,10 +11,10 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.expressions import EqualTo, In
 
 from fm_assets import pipeline
 from fm_assets.runner import latest_stage_run
@@ -42,17 +42,17 @@ class DatasetVersion:
     content_hash: str
 
     @classmethod
-    def from_row(cls, row: dict[str, object]) -> DatasetVersion:
+    def from_row(cls, row: dict[str, Any]) -> DatasetVersion:
         return cls(
             version_key=str(row["version_key"]),
             dataset=str(row["dataset"]),
-            version=int(row["version"]),  # type: ignore[arg-type]
-            batches=tuple(row["batches"]),  # type: ignore[arg-type]
+            version=int(row["version"]),
+            batches=tuple(row["batches"]),
             snapshot_ids={k: int(v) for k, v in json.loads(str(row["snapshot_ids"])).items()},
             code_versions=json.loads(str(row["code_versions"])),
             tokenizer_hash=str(row["tokenizer_hash"]),
-            num_documents=int(row["num_documents"]),  # type: ignore[arg-type]
-            num_tokens=int(row["num_tokens"]),  # type: ignore[arg-type]
+            num_documents=int(row["num_documents"]),
+            num_tokens=int(row["num_tokens"]),
             content_hash=str(row["content_hash"]),
         )
 
@@ -66,7 +66,7 @@ def parse_version_key(key: str) -> tuple[str, int]:
 
 def read_version(settings: Settings, version_key: str) -> DatasetVersion | None:
     rows = catalog.read_table(
-        settings, "dataset_versions", row_filter=EqualTo("version_key", version_key)
+        settings, "dataset_versions", row_filter=catalog.where_equal("version_key", version_key)
     ).to_pylist()
     return DatasetVersion.from_row(rows[0]) if rows else None
 
@@ -85,7 +85,10 @@ def next_version_key(settings: Settings, dataset: str) -> str:
     if not DATASET_NAME.match(dataset):
         raise ValueError(f"dataset name {dataset!r} must match {DATASET_NAME.pattern}")
     rows = catalog.read_table(
-        settings, "dataset_versions", row_filter=EqualTo("dataset", dataset), columns=("version",)
+        settings,
+        "dataset_versions",
+        row_filter=catalog.where_equal("dataset", dataset),
+        columns=("version",),
     )
     latest = pc.max(rows.column("version")).as_py() if rows.num_rows else 0
     return f"{dataset}@v{(latest or 0) + 1}"
@@ -137,7 +140,7 @@ def create_version(
     docs = catalog.read_table(
         settings,
         final_stage,
-        row_filter=In("batch_id", chosen),
+        row_filter=catalog.where_in("batch_id", chosen),
         snapshot_id=snapshot_ids[final_stage],
         columns=("doc_id", "num_tokens", "tokenizer_hash"),
     )
@@ -196,7 +199,7 @@ def version_documents(
     return catalog.read_table(
         settings,
         table,
-        row_filter=In("batch_id", list(version.batches)),
+        row_filter=catalog.where_in("batch_id", list(version.batches)),
         snapshot_id=version.snapshot_ids[table],
         columns=columns,
     )

@@ -8,10 +8,10 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.expressions import And, EqualTo
 
 from fm_assets import pipeline
 from fm_assets.settings import Settings
@@ -25,14 +25,16 @@ class CheckOutcome:
     name: str
     passed: bool
     description: str
-    metadata: dict[str, object] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def _quarantined(settings: Settings, batch_id: str, stage: str) -> pa.Table:
     return catalog.read_table(
         settings,
         "quarantine",
-        row_filter=And(EqualTo("batch_id", batch_id), EqualTo("stage", stage)),
+        row_filter=catalog.where_all(
+            catalog.where_equal("batch_id", batch_id), catalog.where_equal("stage", stage)
+        ),
         columns=("record_id", "rule"),
     )
 
@@ -52,7 +54,7 @@ def records_accounted_for(settings: Settings, stage: str, batch_id: str) -> Chec
     records_in = catalog.read_table(
         settings,
         upstream,
-        row_filter=EqualTo("batch_id", batch_id),
+        row_filter=catalog.where_equal("batch_id", batch_id),
         snapshot_id=snapshot,
         columns=("record_id",),
     )
@@ -178,9 +180,9 @@ def record_outcome(
     catalog.append_rows(settings, "check_results", pa.Table.from_pylist([row]))
 
 
-def latest_check_results(settings: Settings) -> dict[tuple[str, str, str], dict[str, object]]:
+def latest_check_results(settings: Settings) -> dict[tuple[str, str, str], dict[str, Any]]:
     """(asset, partition, check) -> its latest evaluation."""
-    latest: dict[tuple[str, str, str], dict[str, object]] = {}
+    latest: dict[tuple[str, str, str], dict[str, Any]] = {}
     for row in catalog.read_table(settings, "check_results").to_pylist():
         key = (row["asset"], row["partition"], row["check_name"])
         if key not in latest or row["checked_at"] >= latest[key]["checked_at"]:

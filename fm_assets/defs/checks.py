@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import dagster as dg
 
 from fm_assets.checks.data_checks import CheckOutcome, record_outcome
@@ -27,7 +29,7 @@ def to_check_result(
     )
 
 
-def _metadata_value(value: object) -> object:
+def _metadata_value(value: Any) -> Any:
     if isinstance(value, (list, tuple, dict)):
         return dg.MetadataValue.json(value)
     return value

@@ -69,7 +69,7 @@ def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.A
         kinds={"ray", "iceberg"},
         description=entry.description,
     )
-    def _stage_asset(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:
+    def _stage_asset(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
         settings = fm.settings()
         batch_id = context.partition_key
         report = run_stage(

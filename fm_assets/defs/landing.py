@@ -29,7 +29,7 @@ LANDING_BATCH = dg.AssetKey("landing_batch")
     ],
     description="An immutable, content-addressed batch of landed files with its manifest.",
 )
-def landing_batch(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:
+def landing_batch(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
     settings = fm.settings()
     manifest = read_manifest(open_object_store(settings), context.partition_key)
     outcome = files_match_manifest(settings, manifest.batch_id)

@@ -50,9 +50,12 @@ _CHECKS = {
     ],
     description="A version packed best-fit-decreasing into seq_len sequences, as MDS shards.",
 )
-def shard_set(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:
+def shard_set(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
     settings = fm.settings()
-    key = context.partition_key.keys_by_dimension  # type: ignore[attr-defined]
+    partition_key = context.partition_key
+    if not isinstance(partition_key, dg.MultiPartitionKey):
+        raise ValueError(f"shard_set partitions are version x shard config, got {partition_key!r}")
+    key = partition_key.keys_by_dimension
     version_key, config = key["version"], key["shard_config"]
     tokenizer_prefix, seq_len = parse_shard_config(config)
     tokenizer = resolve_tokenizer(settings, tokenizer_prefix)

@@ -37,7 +37,7 @@ class DatasetVersionConfig(dg.Config):
 )
 def dataset_version(
     context: dg.AssetExecutionContext, config: DatasetVersionConfig, fm: FmPlatform
-) -> dg.MaterializeResult:
+) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
     settings = fm.settings()
     version, created = create_version(
         settings, context.partition_key, config.batches or None, context.run.run_id

@@ -16,7 +16,7 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
-from pyiceberg.expressions import BooleanExpression, EqualTo
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, In
 from pyiceberg.table import Table
 
 from fm_assets.settings import Settings
@@ -86,6 +86,24 @@ def load_table(settings: Settings, name: str) -> Table:
     return catalog.load_table(identifier)
 
 
+def where_equal(column: str, value: str) -> BooleanExpression:
+    """Rows whose `column` equals `value` (pyiceberg's pydantic constructors defeat mypy)."""
+    return EqualTo(column, value)  # type: ignore[call-arg, arg-type]
+
+
+def where_in(column: str, values: list[str]) -> BooleanExpression:
+    return In(column, values)  # type: ignore[call-arg, arg-type]
+
+
+def where_all(*conditions: BooleanExpression) -> BooleanExpression:
+    if not conditions:
+        return AlwaysTrue()
+    result = conditions[0]
+    for condition in conditions[1:]:
+        result = And(result, condition)
+    return result
+
+
 def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
     """Cast `data` to exactly `schema` (column order, types, nullability) or fail saying why."""
     missing = [f.name for f in schema if f.name not in data.column_names]
@@ -108,7 +126,7 @@ def read_table(
     """Read rows of a platform table as Arrow, typed exactly as the platform's schema."""
     table = load_table(settings, name)
     scan = table.scan(
-        row_filter=row_filter if row_filter is not None else "True",
+        row_filter=row_filter if row_filter is not None else AlwaysTrue(),
         snapshot_id=snapshot_id,
         selected_fields=columns or ("*",),
     )
@@ -119,9 +137,15 @@ def read_table(
     return conform(data, schema)
 
 
-def read_batch(settings: Settings, name: str, batch_id: str, **kwargs: object) -> pa.Table:
+def read_batch(
+    settings: Settings,
+    name: str,
+    batch_id: str,
+    snapshot_id: int | None = None,
+    columns: tuple[str, ...] | None = None,
+) -> pa.Table:
     """Read one landing batch's partition of a document table."""
-    return read_table(settings, name, row_filter=EqualTo("batch_id", batch_id), **kwargs)  # type: ignore[arg-type]
+    return read_table(settings, name, where_equal("batch_id", batch_id), snapshot_id, columns)
 
 
 def replace_rows(
