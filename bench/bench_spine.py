@@ -29,9 +29,10 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -41,7 +42,7 @@ from pyiceberg.expressions import EqualTo
 from fm_assets import pipeline
 from fm_assets.compute import ensure_ray, ray_cpus
 from fm_assets.packing import PackedSequence, pack_documents
-from fm_assets.runner import _chunks, run_stage
+from fm_assets.runner import _chunks, run_stage  # private: chunk exactly as the runner does
 from fm_assets.settings import Settings, load_settings
 from fm_assets.shard_sets import build_shard_set
 from fm_assets.stages.base import StageResult
@@ -108,15 +109,21 @@ class TokenizePair:
     docs: int
     text_bytes: int
     stage_s: float
+    stage_cpu_s: float  # CPU seconds of the driver, Ray's daemons and workers during A
     stage_tokens: int  # includes one EOS per document
     raw_s: float
-    raw_cpu_s: float  # CPU seconds of this process during B: ~2x raw_s when both cores ran
+    raw_cpu_s: float  # the same during B: ~2x raw_s when B had both cores to itself
     raw_tokens: int
 
     @property
     def ratio(self) -> float:
         """Stage throughput over library throughput on identical work."""
         return self.raw_s / self.stage_s
+
+    @property
+    def cpu_ratio(self) -> float:
+        """Library CPU seconds over stage CPU seconds: efficiency, less sensitive to noise."""
+        return self.raw_cpu_s / self.stage_cpu_s
 
 
 @dataclass(frozen=True)
@@ -139,6 +146,8 @@ class Results:
     config: BenchConfig
     started: dt.datetime
     ray_start_s: float = 0.0
+    worker_niceness: int = 0
+    idle_cores: float = 0.0  # CPU the idle Ray daemons (and this process) use, in cores
     streaming_import_s: float = 0.0
     version_s: float = 0.0
     warc_decompressed_bytes: int = 0
@@ -300,13 +309,57 @@ def write_big_jsonl(pages: Sequence[Page], count: int, repeat: int, out: Path) -
 # --------------------------------------------------------------------------------------------
 
 
+def _niceness() -> int:
+    return os.nice(0)
+
+
+def worker_niceness() -> int:
+    """The scheduling niceness Ray gives its worker processes (Ray's `worker_niceness`)."""
+    import ray
+
+    return int(ray.get(ray.remote(num_cpus=1)(_niceness).remote()))
+
+
+def tree_cpu_seconds() -> float:
+    """CPU seconds used so far by this process and every live descendant (Linux /proc).
+
+    Local Ray's daemons and workers are all descendants of the driver, so the difference of two
+    readings is the CPU the whole run spent in between, whatever else the shared machine runs.
+    Each process's own time plus its reaped children's counts once: reaped children have left
+    the tree.
+    """
+    ticks = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    used: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        # Fields after the parenthesised command: state, ppid, ..., utime (14), stime, cutime,
+        # cstime (17), counted from 1 over the whole line.
+        fields = stat.rsplit(")", 1)[1].split()
+        pid = int(entry.name)
+        parent[pid] = int(fields[1])
+        used[pid] = sum(int(v) for v in fields[11:15])
+    tree = {os.getpid()}
+    grew = True
+    while grew:
+        children = {pid for pid, ppid in parent.items() if ppid in tree} - tree
+        tree |= children
+        grew = bool(children)
+    return sum(used.get(pid, 0) for pid in tree) / ticks
+
+
 def raw_encode(tokenizer: object, texts: list[str]) -> tuple[float, float, int]:
-    """Wall seconds, CPU seconds and tokens of one `encode_batch` over `texts` in this process."""
-    cpu = time.process_time()
+    """Wall seconds, CPU seconds (process tree) and tokens of one `encode_batch` over `texts`."""
+    cpu = tree_cpu_seconds()
     started = time.perf_counter()
     encodings = tokenizer.encode_batch(texts, add_special_tokens=False)  # type: ignore[attr-defined]
     seconds = time.perf_counter() - started
-    return seconds, time.process_time() - cpu, sum(len(e) for e in encodings)
+    return seconds, tree_cpu_seconds() - cpu, sum(len(e) for e in encodings)
 
 
 def tokenize_pair(
@@ -318,13 +371,17 @@ def tokenize_pair(
         .column("text")
         .to_pylist()
     )
-    stage = with_input_bytes(settings, batch_id, run_timed_stage(settings, TOKENIZE, batch_id))
+    cpu = tree_cpu_seconds()
+    timing = run_timed_stage(settings, TOKENIZE, batch_id)
+    stage_cpu_s = tree_cpu_seconds() - cpu
+    stage = with_input_bytes(settings, batch_id, timing)
     raw_s, raw_cpu_s, raw_tokens = raw_encode(tokenizer, texts)
     tokens = catalog.read_batch(settings, TOKENIZE, batch_id, columns=("num_tokens",))
     pair = TokenizePair(
         docs=len(texts),
         text_bytes=stage.bytes_in,
         stage_s=stage.seconds,
+        stage_cpu_s=stage_cpu_s,
         stage_tokens=int(pc.sum(tokens.column("num_tokens")).as_py() or 0),
         raw_s=raw_s,
         raw_cpu_s=raw_cpu_s,
@@ -334,19 +391,22 @@ def tokenize_pair(
 
 
 def _profile_chunk(stage: TokenizeStage, chunk: pa.Table) -> dict[str, float]:
-    """In a Ray worker: encode_batch alone, the `.ids` lists alone, then all of `stage.process`."""
+    """In a Ray worker: thread CPU seconds of encode_batch, of the `.ids` lists, of `process`.
+
+    Thread CPU time, not wall time: what other tenants of the machine take does not count.
+    """
     tokenizer = load_tokenizer(stage.tokenizer_uri, stage.tokenizer_hash)
     texts = chunk.column("text").to_pylist()
-    started = time.perf_counter()
+    started = time.thread_time()
     encodings = tokenizer.encode_batch(texts, add_special_tokens=False)  # type: ignore[attr-defined]
-    encode_s = time.perf_counter() - started
-    started = time.perf_counter()
+    encode_s = time.thread_time() - started
+    started = time.thread_time()
     ids = [e.ids for e in encodings]
-    ids_s = time.perf_counter() - started
+    ids_s = time.thread_time() - started
     del ids, encodings
-    started = time.perf_counter()
+    started = time.thread_time()
     stage.process(chunk)
-    process_s = time.perf_counter() - started
+    process_s = time.thread_time() - started
     return {"encode_s": encode_s, "ids_s": ids_s, "process_s": process_s}
 
 
@@ -357,8 +417,19 @@ def _timed_process(stage: TokenizeStage, chunk: pa.Table) -> tuple[StageResult, 
     return result, os.getpid(), time.perf_counter() - started
 
 
+T = TypeVar("T")
+
+
+def measured(fn: Callable[[], T]) -> tuple[T, float, float]:
+    """fn()'s result, wall seconds and CPU seconds of the whole process tree."""
+    cpu = tree_cpu_seconds()
+    started = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - started, tree_cpu_seconds() - cpu
+
+
 def profile_tokenize(settings: Settings, batch_id: str, docs: int) -> dict[str, float]:
-    """Where the tokenize stage's time goes, each piece timed on its own on one batch.
+    """Where the tokenize stage's time and CPU go, each piece run on its own on one batch.
 
     The Ray phase is replayed on the whole batch with the runner's chunking, timing `process`
     inside each task, so wall minus busy time is what Ray scheduling, shipping chunks and
@@ -368,15 +439,14 @@ def profile_tokenize(settings: Settings, batch_id: str, docs: int) -> dict[str, 
     import ray
 
     out: dict[str, float] = {}
-    started = time.perf_counter()
-    report = run_stage(settings, TOKENIZE, batch_id)
-    out["bookkeeping_s"] = time.perf_counter() - started  # the up-to-date path: lookups only
+    report, out["lookups_s"], out["lookups_cpu"] = measured(
+        lambda: run_stage(settings, TOKENIZE, batch_id)  # the up-to-date path: lookups only
+    )
     if not report.skipped:
         raise RuntimeError("expected a second tokenize run of the same batch to be up to date")
-
-    started = time.perf_counter()
-    inputs = catalog.read_batch(settings, "normalized_documents", batch_id)
-    out["iceberg_read_s"] = time.perf_counter() - started
+    inputs, out["read_s"], out["read_cpu"] = measured(
+        lambda: catalog.read_batch(settings, "normalized_documents", batch_id)
+    )
     out["input_mb"] = inputs.nbytes / MB
 
     stage = pipeline.entry(TOKENIZE).build(settings)
@@ -386,9 +456,9 @@ def profile_tokenize(settings: Settings, batch_id: str, docs: int) -> dict[str, 
     out["cpus"] = cpus
     chunks = _chunks(inputs, False, cpus)
     replay = ray.remote(num_cpus=1)(_timed_process)
-    started = time.perf_counter()
-    done = ray.get([replay.remote(stage, chunk) for chunk in chunks])
-    out["replay_wall_s"] = time.perf_counter() - started
+    done, out["replay_s"], out["replay_cpu"] = measured(
+        lambda: ray.get([replay.remote(stage, chunk) for chunk in chunks])
+    )
     busy: dict[int, float] = {}
     for _, pid, seconds in done:
         busy[pid] = busy.get(pid, 0.0) + seconds
@@ -401,17 +471,16 @@ def profile_tokenize(settings: Settings, batch_id: str, docs: int) -> dict[str, 
     chunks = _chunks(inputs.slice(0, docs), False, cpus)
     remote = ray.remote(num_cpus=1)(_profile_chunk)
     per_chunk = ray.get([remote.remote(stage, chunk) for chunk in chunks])
-    out["chunks"] = len(chunks)
-    out["docs"] = min(docs, inputs.num_rows)
+    out["split_chunks"] = len(chunks)
+    out["split_docs"] = min(docs, inputs.num_rows)
     for key in ("encode_s", "ids_s", "process_s"):
-        # Summed over chunks and divided by the cores: the wall time a perfect scheduler needs.
-        out[f"worker_{key}"] = sum(c[key] for c in per_chunk) / cpus
+        out[f"split_{key}"] = sum(c[key] for c in per_chunk)
 
     kept = catalog.read_batch(settings, TOKENIZE, batch_id)
-    started = time.perf_counter()
     # The same rows over the same partition: a real commit that changes no data.
-    catalog.replace_rows(settings, TOKENIZE, kept, EqualTo("batch_id", batch_id))
-    out["iceberg_commit_s"] = time.perf_counter() - started
+    _, out["commit_s"], out["commit_cpu"] = measured(
+        lambda: catalog.replace_rows(settings, TOKENIZE, kept, EqualTo("batch_id", batch_id))
+    )
     return out
 
 
@@ -519,6 +588,9 @@ def run(config: BenchConfig, scratch: Path) -> Results:
     ensure_ray(cold)
     results.ray_start_s = time.perf_counter() - started
     log(f"Ray started in {results.ray_start_s:.1f}s")
+    results.worker_niceness = worker_niceness()
+    _, idle_s, idle_cpu = measured(lambda: time.sleep(3))
+    results.idle_cores = idle_cpu / idle_s
 
     # The first run on a fresh Ray also starts the worker processes and their imports.
     cold_batch = land(cold, WARC_FILES)
@@ -716,28 +788,37 @@ def _tokenize_section(results: Results) -> list[str]:
         "in the driver with `TOKENIZERS_PARALLELISM=true` (both cores), right after A. "
         "Ratio = B seconds / A seconds: stage throughput over library throughput on identical "
         f"work; target ≥ {TOKENIZE_TARGET}. A's tokens include one EOS per document. "
-        "B CPU/wall is the driver's CPU seconds over wall seconds during B: 2.0 means B had both "
-        "cores to itself, less means the shared machine took some.",
+        "CPU s: CPU seconds of this process and all its descendants (Ray's daemons and workers) "
+        "during A or B, read from /proc; B CPU/wall near 2.0 means B had both cores to itself. "
+        "CPU ratio = B CPU s / A CPU s: how much CPU the stage spends per unit of the library's "
+        "work, which the machine's other tenants disturb far less than wall time.",
         "",
-        "| pair | docs | text MB | tokens | A stage s | B raw s | A M tok/s | B M tok/s "
-        "| B CPU/wall | ratio |",
-        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| pair | docs | text MB | tokens | A s | B s | A M tok/s | B M tok/s | A CPU s "
+        "| B CPU s | B CPU/wall | ratio | CPU ratio |",
+        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for n, p in enumerate(pairs, 1):
         lines.append(
             f"| {n} | {p.docs:,} | {p.text_bytes / MB:.2f} | {p.raw_tokens:,} | {p.stage_s:.2f} "
             f"| {p.raw_s:.2f} | {p.stage_tokens / p.stage_s / 1e6:.3f} "
-            f"| {p.raw_tokens / p.raw_s / 1e6:.3f} | {p.raw_cpu_s / p.raw_s:.2f} | {p.ratio:.2f} |"
+            f"| {p.raw_tokens / p.raw_s / 1e6:.3f} | {p.stage_cpu_s:.2f} | {p.raw_cpu_s:.2f} "
+            f"| {p.raw_cpu_s / p.raw_s:.2f} | {p.ratio:.2f} | {p.cpu_ratio:.2f} |"
         )
     stage_s, raw_s = median([p.stage_s for p in pairs]), median([p.raw_s for p in pairs])
     tokens = median([p.raw_tokens for p in pairs])
-    cpu = median([p.raw_cpu_s / p.raw_s for p in pairs])
+    busy = median([p.raw_cpu_s / p.raw_s for p in pairs])
+    cpu_ratio = median([p.cpu_ratio for p in pairs])
     lines += [
         f"| **median** | | | | {stage_s:.2f} | {raw_s:.2f} | {tokens / stage_s / 1e6:.3f} "
-        f"| {tokens / raw_s / 1e6:.3f} | {cpu:.2f} | **{ratio:.2f}** |",
+        f"| {tokens / raw_s / 1e6:.3f} | {median([p.stage_cpu_s for p in pairs]):.2f} "
+        f"| {median([p.raw_cpu_s for p in pairs]):.2f} | {busy:.2f} | **{ratio:.2f}** "
+        f"| **{cpu_ratio:.2f}** |",
         "",
         f"The stage {verdict} the {TOKENIZE_TARGET} target (median of the per-pair ratios "
-        f"{ratio:.2f}).",
+        f"{ratio:.2f}; CPU ratio {cpu_ratio:.2f}). Ray runs its workers at niceness "
+        f"{results.worker_niceness} (Ray's `worker_niceness`), the driver at "
+        f"{os.nice(0)}: when other tenants load the machine, A's workers yield to them and "
+        "B does not.",
         "",
         *_profile_lines(results),
     ]
@@ -748,75 +829,72 @@ def _profile_lines(results: Results) -> list[str]:
     prof = results.profile
     timings = [run[-1] for run in results.big_runs]
     stage_s = median([t.seconds for t in timings])
-    process_s = prof["worker_process_s"]
+    stage_cpu = median([p.stage_cpu_s for p in results.pairs])
+    raw_cpu = median([p.raw_cpu_s for p in results.pairs])
     phases = [
-        (
-            "lookups + Iceberg read (call → “input rows”)",
-            _median_present([t.read_s for t in timings]),
-        ),
-        ("Ray tasks (→ last “chunks”)", _median_present([t.ray_s for t in timings])),
-        ("combine + 3 Iceberg commits (→ return)", _median_present([t.commit_s for t in timings])),
+        ("lookups + Iceberg read (call → “input rows”)", [t.read_s for t in timings]),
+        ("Ray tasks (→ last “chunks”)", [t.ray_s for t in timings]),
+        ("combine + 3 Iceberg commits (→ return)", [t.commit_s for t in timings]),
     ]
-    worker = [
-        ("`encode_batch`", prof["worker_encode_s"]),
-        ("`Encoding.ids` → Python lists", prof["worker_ids_s"]),
-        (
-            "everything else in `process` (numpy, Arrow lists, `split_kept`)",
-            max(0.0, process_s - prof["worker_encode_s"]),
-        ),
-        ("all of `TokenizeStage.process`", process_s),
+    alone = [
+        ("up-to-date `run_stage` (manifest, stage_runs ×2, default tokenizer)", "lookups"),
+        ("`catalog.read_batch` of the normalized partition", "read"),
+        (f"Ray phase replayed: {int(prof['replay_chunks'])} `process` tasks, `ray.get`", "replay"),
+        ("`catalog.replace_rows` of the tokenized partition (same rows)", "commit"),
     ]
-    replay = [
+    pieces_cpu = sum(prof[f"{key}_cpu"] for _, key in alone)
+    split = prof["split_process_s"]
+    lines = [
+        "Where the stage's time goes, in three views of the last JSONL batch. **Phases**: the A "
+        "runs' own progress messages (median wall seconds, share of the stage). **Pieces**: "
+        "each part of A run again on its own, with wall and process-tree CPU seconds; their CPU "
+        "adds up to what A spends, to compare with B's. **Inside `process`**: thread CPU "
+        "seconds in the workers on the first "
+        f"{int(prof['split_docs']):,} documents ({int(prof['split_chunks'])} chunks).",
+        "",
+        "| view | piece | wall s | CPU s | share |",
+        "|---|---|--:|--:|--:|",
+    ]
+    for name, values in phases:
+        value = _median_present(values)
+        shown = "n/a | | " if value is None else f"{value:.2f} | | {value / stage_s:.0%}"
+        lines.append(f"| phase | {name} | {shown} |")
+    lines.append(
+        f"| phase | **whole stage (A, median)** | {stage_s:.2f} | {stage_cpu:.2f} | 100% |"
+    )
+    for name, key in alone:
+        wall, cpu = prof[f"{key}_s"], prof[f"{key}_cpu"]
+        lines.append(
+            f"| pieces | {name} | {wall:.2f} | {cpu:.2f} | {cpu / pieces_cpu:.0%} of CPU |"
+        )
+    wall = prof["replay_s"]
+    gaps = [
         (
-            f"wall of the {int(prof['replay_chunks'])} tasks (`ray.get`)",
-            prof["replay_wall_s"],
+            "replay wall − busiest worker's `process` time: scheduling, shipping",
+            wall - prof["replay_busy_max_s"],
         ),
-        ("`process` busy time, summed ÷ cores (perfect balance)", prof["replay_busy_mean_s"]),
-        ("`process` busy time of the busiest worker", prof["replay_busy_max_s"]),
         (
-            "wall − busiest worker: scheduling, shipping chunks and results",
-            prof["replay_wall_s"] - prof["replay_busy_max_s"],
-        ),
-        (
-            "busiest worker − perfect balance: uneven chunks",
+            "busiest worker − average worker: uneven chunks",
             prof["replay_busy_max_s"] - prof["replay_busy_mean_s"],
         ),
     ]
-    alone = [
-        (
-            "up-to-date `run_stage` (manifest, stage_runs ×2, default tokenizer)",
-            prof["bookkeeping_s"],
-        ),
-        ("`catalog.read_batch` of the normalized partition", prof["iceberg_read_s"]),
-        ("`catalog.replace_rows` of the tokenized partition", prof["iceberg_commit_s"]),
+    for name, value in gaps:
+        lines.append(f"| pieces | {name} | {value:.2f} | | {value / wall:.0%} of replay |")
+    lines.append(f"| pieces | **sum of the pieces** | | {pieces_cpu:.2f} | B: {raw_cpu:.2f} |")
+    inside = [
+        ("`encode_batch`", prof["split_encode_s"]),
+        ("`Encoding.ids` → Python lists", prof["split_ids_s"]),
+        ("the rest: numpy, Arrow lists, `split_kept`", max(0.0, split - prof["split_encode_s"])),
+        ("**all of `TokenizeStage.process`**", split),
     ]
-    lines = [
-        "Where the stage's time goes. Phases: the A runs' own progress messages (median), as a "
-        "share of the whole stage. Replay: the Ray phase run again on the whole last batch with "
-        "the runner's chunking, `process` timed inside each task, as a share of the replay's "
-        "wall time. Worker pieces: timed inside Ray tasks on the first "
-        f"{int(prof['docs']):,} documents of the last batch ({int(prof['chunks'])} chunks), "
-        f"summed and divided by the {int(prof['cpus'])} cores, as a share of `process`. "
-        "Pieces alone: one call each on the whole last batch.",
-        "",
-        "| piece | seconds | share |",
-        "|---|--:|--:|",
-    ]
-    for name, value in phases:
-        shown = "n/a" if value is None else f"{value:.2f} | {value / stage_s:.0%}"
-        lines.append(f"| phase: {name} | {shown} |")
-    lines.append(f"| **phase: whole stage** | {stage_s:.2f} | 100% |")
-    wall = prof["replay_wall_s"]
-    for name, value in replay:
-        lines.append(f"| replay: {name} | {value:.2f} | {value / wall:.0%} |")
-    for name, value in worker:
-        lines.append(f"| worker: {name} | {value:.2f} | {value / process_s:.0%} |")
-    for name, value in alone:
-        lines.append(f"| alone: {name} | {value:.2f} | |")
+    for name, value in inside:
+        lines.append(f"| inside `process` | {name} | | {value:.2f} | {value / split:.0%} |")
     lines += [
         "",
         f"Partition sizes in Arrow: input {prof['input_mb']:.1f} MB, output "
-        f"{prof['output_mb']:.1f} MB (the text column is carried into `tokenized_documents`).",
+        f"{prof['output_mb']:.1f} MB (the text column is carried into `tokenized_documents`). "
+        f"Idle, this process and Ray's daemons use {results.idle_cores:.2f} of a core "
+        "(measured after Ray started); that is in both A's and B's CPU seconds.",
         "",
     ]
     return lines

@@ -22,7 +22,9 @@ def _tokenize(settings: Settings) -> Stage:
     from fm_assets.tokenizer_registry import default_tokenizer
 
     info = default_tokenizer(settings)
-    return TokenizeStage(tokenizer_hash=info.tokenizer_hash, tokenizer_uri=info.uri)
+    return TokenizeStage(
+        tokenizer_hash=info.tokenizer_hash, tokenizer_uri=info.uri, s3_endpoint=settings.s3_endpoint
+    )
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,11 @@ Partition key: (version, shard config); a shard config is `<tokenizer hash[:12]>
 Documents are ordered by doc_id (a hash: deterministic and unrelated to ingestion order), packed
 best-fit-decreasing, and the packed sequences are shuffled with a seed derived from the version's
 content hash, so the same version and config always give byte-identical shards.
+
+A set lives at `shards/<dataset>/v<N>/<config>/` in the object store, and `fm_manifest.json` is
+always its last file: its presence publishes the set. On a local store MDSWriter writes there
+directly; on S3 it writes a local staging directory whose files are then uploaded, the
+manifest last.
 """
 
 from __future__ import annotations
@@ -12,8 +17,11 @@ import datetime as dt
 import hashlib
 import json
 import re
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,13 +34,14 @@ from fm_assets.runner import Progress, _process_on_ray
 from fm_assets.settings import PIPELINE_VERSION, Settings
 from fm_assets.stages.tokenize import TokenizeStage, load_tokenizer
 from fm_assets.storage import catalog
-from fm_assets.storage.objectstore import open_object_store
+from fm_assets.storage.objectstore import ObjectStore, open_object_store
 from fm_assets.tokenizer_registry import TokenizerInfo
 from fm_assets.versions import DatasetVersion, parse_version_key, require_version, version_documents
-from fm_loader.manifest import ShardSetManifest, read_manifest
+from fm_loader.manifest import MANIFEST_NAME, ShardSetManifest
 
 _CONFIG = re.compile(r"^(?P<tok>[0-9a-f]{12})-s(?P<seq>[1-9][0-9]*)$")
 PAD_CANDIDATES = ("<|padding|>", "<pad>", "[PAD]")
+UPLOAD_THREADS = 8  # parallel shard uploads: one S3 PUT stream is far below a link's bandwidth
 
 
 @dataclass(frozen=True)
@@ -81,7 +90,11 @@ def _version_tokens(
         return version_documents(settings, version, "tokenized_documents", ("doc_id", "tokens"))
     progress(f"tokenizing {version.version_key} with {tokenizer.name} (not its stored tokenizer)")
     normalized = version_documents(settings, version, pipeline.STAGE_NAMES[-2])
-    stage = TokenizeStage(tokenizer_hash=tokenizer.tokenizer_hash, tokenizer_uri=tokenizer.uri)
+    stage = TokenizeStage(
+        tokenizer_hash=tokenizer.tokenizer_hash,
+        tokenizer_uri=tokenizer.uri,
+        s3_endpoint=settings.s3_endpoint,
+    )
     from fm_assets.compute import ensure_ray, ray_cpus
     from fm_assets.runner import _chunks
 
@@ -123,7 +136,7 @@ def build_shard_set(
     progress: Progress = lambda message: None,
 ) -> ShardSetBuild:
     """Pack a version with `tokenizer` into `seq_len` sequences; write and register the shards."""
-    from fm_assets.shard_writer import ShardSetHeader, write_shard_set
+    from fm_assets.shard_writer import ShardSetHeader
 
     version = require_version(settings, version_key)
     dataset, number = parse_version_key(version_key)
@@ -131,9 +144,10 @@ def build_shard_set(
     key = shard_set_key(version_key, config)
     store = open_object_store(settings)
     prefix = f"shards/{dataset}/v{number}/{config}"
+    manifest_key = f"{prefix}/{MANIFEST_NAME}"
     existing = read_shard_set_row(settings, key)
-    if existing is not None and store.exists(f"{prefix}/fm_manifest.json"):
-        manifest = read_manifest(store.path(prefix))
+    if existing is not None and store.exists(manifest_key):
+        manifest = ShardSetManifest.from_json(store.read_bytes(manifest_key).decode("utf-8"))
         if manifest.version_content_hash == version.content_hash:
             progress(f"{key}: already built, nothing to do")
             docs_tokens = int(existing["num_tokens"])
@@ -157,28 +171,28 @@ def build_shard_set(
         f"packed {len(sequences)} sequences, "
         f"efficiency {packing_efficiency(sequences, seq_len):.4f}"
     )
-    tok = load_tokenizer(tokenizer.uri, tokenizer.tokenizer_hash)
-    if not store.is_local:
-        raise NotImplementedError(
-            "shard sets are written to a local object store in this release; "
-            "set FM_OBJECT_STORE to a local path (s3 upload arrives with the production profile)"
-        )
-    out_dir = store.path(prefix)
-    store.delete_dir(prefix)  # a rerun replaces a half-written set; the manifest goes last
-    manifest = write_shard_set(
-        _sequences_with_tokens(sequences, docs),
-        out_dir,
-        seq_len=seq_len,
-        vocab_size=tokenizer.vocab_size,
-        pad_token_id=_pad_id(tok),
-        header=ShardSetHeader(
-            shard_set_key=key,
-            source_version=version_key,
-            version_content_hash=version.content_hash,
-            tokenizer_hash=tokenizer.tokenizer_hash,
-            pipeline_version=PIPELINE_VERSION,
-        ),
+    tok = load_tokenizer(tokenizer.uri, tokenizer.tokenizer_hash, settings.s3_endpoint)
+    header = ShardSetHeader(
+        shard_set_key=key,
+        source_version=version_key,
+        version_content_hash=version.content_hash,
+        tokenizer_hash=tokenizer.tokenizer_hash,
+        pipeline_version=PIPELINE_VERSION,
     )
+
+    def write(out_dir: str) -> ShardSetManifest:
+        from fm_assets.shard_writer import write_shard_set
+
+        return write_shard_set(
+            _sequences_with_tokens(sequences, docs),
+            out_dir,
+            seq_len=seq_len,
+            vocab_size=tokenizer.vocab_size,
+            pad_token_id=_pad_id(tok),
+            header=header,
+        )
+
+    manifest = _write_and_publish(store, prefix, write, progress)
     row = {
         "shard_set_key": key,
         "version_key": version_key,
@@ -186,9 +200,8 @@ def build_shard_set(
         "tokenizer_hash": tokenizer.tokenizer_hash,
         "seq_len": seq_len,
         "uri": store.uri(prefix),
-        "manifest_sha256": hashlib.sha256(
-            store.read_bytes(f"{prefix}/fm_manifest.json")
-        ).hexdigest(),
+        # Hash what readers will fetch, not what we meant to publish.
+        "manifest_sha256": hashlib.sha256(store.read_bytes(manifest_key)).hexdigest(),
         "num_samples": manifest.num_samples,
         "num_tokens": manifest.num_tokens,
         "run_id": run_id,
@@ -196,6 +209,51 @@ def build_shard_set(
     }
     catalog.append_rows(settings, "shard_sets", pa.Table.from_pylist([row]))
     return ShardSetBuild(manifest, store.uri(prefix), documents_tokens, created=True)
+
+
+def _write_and_publish(
+    store: ObjectStore,
+    prefix: str,
+    write: Callable[[str], ShardSetManifest],
+    progress: Progress,
+) -> ShardSetManifest:
+    """Run `write(directory)` so that the set appears at `prefix`, its manifest last."""
+    # Unpublish first: a reader must never pair an old manifest with new shards. Then clear
+    # what a failed or superseded build left, so the set holds exactly the new files.
+    store.delete_file(f"{prefix}/{MANIFEST_NAME}")
+    store.delete_dir(prefix)
+    if store.is_local:
+        # MDSWriter writes index.json at finish and the writer adds the manifest after it.
+        return write(store.path(prefix))
+    with tempfile.TemporaryDirectory(prefix="fm-shard-staging-") as staging:
+        local = Path(staging) / "set"
+        manifest = write(str(local))
+        progress(f"uploading {len(manifest.shards)} shards to {store.uri(prefix)}")
+        upload_shard_set(store, local, prefix)
+    return manifest
+
+
+def upload_shard_set(store: ObjectStore, local: Path, prefix: str) -> None:
+    """Upload a complete local shard set to `prefix`: every file, then `fm_manifest.json`.
+
+    The manifest goes up only after every other object is confirmed at its full size, so its
+    presence in the store means the set is complete (S3 has no directory rename).
+    """
+    manifest_file = local / MANIFEST_NAME
+    if not manifest_file.is_file():
+        raise ValueError(f"{local} holds no {MANIFEST_NAME}: refusing to upload a partial set")
+    files = sorted(p for p in local.iterdir() if p.is_file() and p.name != MANIFEST_NAME)
+    with ThreadPoolExecutor(max_workers=UPLOAD_THREADS) as pool:
+        # list(): re-raise the first failed upload here, before anything is published.
+        list(pool.map(lambda p: store.upload_file(p, f"{prefix}/{p.name}"), files))
+    for path in files:
+        size = store.size(f"{prefix}/{path.name}")
+        if size != path.stat().st_size:
+            raise RuntimeError(
+                f"upload of {path.name} to {store.uri(prefix)} left {size} bytes, expected "
+                f"{path.stat().st_size}; the set stays unpublished: rerun `fm shards build`"
+            )
+    store.upload_file(manifest_file, f"{prefix}/{MANIFEST_NAME}")
 
 
 def manifest_summary(manifest: ShardSetManifest) -> dict[str, Any]:

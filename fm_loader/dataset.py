@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch.utils.data
@@ -48,7 +49,9 @@ class ShardSetDataset(torch.utils.data.IterableDataset[Sample]):
         self.manifest_sha256 = resolved.manifest_sha256
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.epoch = epoch
-        self._shards = ShardSet(resolved.directory, resolved.manifest)
+        self._shards = ShardSet(
+            resolved.directory, resolved.manifest, cached_from=resolved.cached_from
+        )
         self._start = 0  # position in this rank's block where iteration (re)starts
         self._yielded = 0  # samples yielded since that position, in this process
 
@@ -135,14 +138,19 @@ def make_dataset(
     expected_tokenizer_hash: str | None = None,
     expected_schema_fingerprint: str | None = None,
     settings: Settings | None = None,
+    cache_dir: str | Path | None = None,
 ) -> ShardSetDataset:
     """Open a shard set for training and check it before the first step.
 
     `source` is a dataset version key ("web@v1", resolved through the `shard_sets` catalog
     table) or a shard-set directory / file:// URI. `seq_len` and `tokenizer` (a tokenizer.json
-    path) choose among a version's shard sets and must match the one served. Raises ValueError,
-    saying what to do, on an unknown or ambiguous version, a tokenizer or schema mismatch, or an
-    unknown manifest format.
+    path) choose among a version's shard sets and must match the one served. A version published
+    on S3 (reached at `settings.s3_endpoint`, credentials from the standard AWS variables) is
+    downloaded once per node into `cache_dir` (default `~/.cache/fm_loader`), in a directory
+    named by its manifest's sha256, and read from there.
+
+    Raises ValueError, saying what to do, on an unknown or ambiguous version, a tokenizer or
+    schema mismatch, an unknown manifest format, or a remote set that fails its checksums.
     """
     rank, world_size = resolve_world(rank, world_size)
     tokenizer_hash = tokenizer_file_hash(tokenizer) if tokenizer is not None else None
@@ -151,6 +159,7 @@ def make_dataset(
         seq_len=seq_len,
         tokenizer_hash=tokenizer_hash or expected_tokenizer_hash,
         settings=settings,
+        cache_dir=Path(cache_dir) if cache_dir is not None else None,
     )
     check_compatible(
         resolved.manifest,

@@ -1,7 +1,9 @@
 """From what a trainer names ("web@v1" or a directory) to one verified, compatible shard set.
 
 Version keys are looked up read-only in the Iceberg table `<namespace>.shard_sets`; a version may
-have several shard sets (one per tokenizer x seq_len), and `seq_len` / tokenizer pick one.
+have several shard sets (one per tokenizer x seq_len), and `seq_len` / tokenizer pick one. A set
+published on S3 is served from the node-local cache (`fm_loader.cache`), keyed by the manifest
+hash the catalog pinned.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fm_assets.settings import Settings, load_settings
+from fm_loader.cache import cached_shard_set, is_remote
 from fm_loader.manifest import (
     ShardSetManifest,
     local_directory,
@@ -29,9 +32,10 @@ class ResolvedShardSet:
     """A shard set located, its manifest read, and the manifest's bytes hashed."""
 
     source: str  # what the caller asked for
-    directory: Path
+    directory: Path  # local: the set itself, or its cache entry when it is published remotely
     manifest: ShardSetManifest
     manifest_sha256: str
+    cached_from: str | None = None  # the remote URI `directory` is a cached copy of
 
 
 def tokenizer_file_hash(path: str | Path) -> str:
@@ -45,13 +49,27 @@ def resolve_shard_set(
     seq_len: int | None = None,
     tokenizer_hash: str | None = None,
     settings: Settings | None = None,
+    cache_dir: Path | None = None,
 ) -> ResolvedShardSet:
-    """Locate a shard set by version key (through the catalog) or by directory / file:// URI."""
+    """Locate a shard set by version key (through the catalog) or by directory / file:// URI.
+
+    A version whose set is published on S3 is downloaded once into `cache_dir` (default
+    `~/.cache/fm_loader`), reaching the store at `settings.s3_endpoint`.
+    """
+    cached_from = None
     if VERSION_KEY.fullmatch(source):
-        row = _select_row(
-            source, _catalog_rows(source, settings or load_settings()), seq_len, tokenizer_hash
-        )
-        directory = local_directory(row["uri"])
+        settings = settings or load_settings()
+        row = _select_row(source, _catalog_rows(source, settings), seq_len, tokenizer_hash)
+        if is_remote(row["uri"]):
+            cached_from = row["uri"]
+            directory = cached_shard_set(
+                row["uri"],
+                row["manifest_sha256"],
+                cache_dir=cache_dir,
+                s3_endpoint=settings.s3_endpoint,
+            )
+        else:
+            directory = local_directory(row["uri"])
         data = read_manifest_bytes(directory)
         digest = hashlib.sha256(data).hexdigest()
         if digest != row["manifest_sha256"]:
@@ -67,6 +85,13 @@ def resolve_shard_set(
                 f"built from {manifest.source_version}; {BUILD_HINT.format(version=source)}"
             )
     else:
+        if is_remote(source):
+            # A bare location pins no manifest hash: nothing would tell a changed set apart.
+            raise NotImplementedError(
+                f"shard set {source} is remote; by location this loader reads local shard sets "
+                "only. Name its dataset version instead (e.g. make_dataset('web@v1')): the "
+                "loader then downloads it into its cache, checked against the catalog"
+            )
         directory = local_directory(source)
         data = read_manifest_bytes(directory)
         manifest = ShardSetManifest.from_json(data.decode("utf-8"))
@@ -75,6 +100,7 @@ def resolve_shard_set(
         directory=directory,
         manifest=manifest,
         manifest_sha256=hashlib.sha256(data).hexdigest(),
+        cached_from=cached_from,
     )
 
 
@@ -94,7 +120,10 @@ def _catalog_rows(version_key: str, settings: Settings) -> list[dict[str, Any]]:
         "init_catalog_tables": "false",  # read-only: never create the catalog's own tables
     }
     if settings.s3_endpoint:
-        properties["s3.endpoint"] = settings.s3_endpoint
+        # Same FileIO settings as the platform's writers (a warehouse on an S3-compatible store).
+        from fm_assets.storage.objectstore import iceberg_s3_properties
+
+        properties |= iceberg_s3_properties(settings.s3_endpoint)
     catalog = SqlCatalog(settings.catalog_name, **properties)
     try:
         table = catalog.load_table(f"{settings.namespace}.shard_sets")

@@ -1,5 +1,7 @@
 """Random access to the samples of a local shard set, in place, with checksums on first use.
 
+A set served from S3 is read the same way from its local cache entry (`fm_loader.cache`).
+
 Shards are uncompressed MDS files, so we memory-map each one and hand the byte range of a sample
 to mosaicml-streaming's `MDSReader.decode_sample`: MDS owns the format, we avoid its per-sample
 open/seek/read (`MDSReader.get_sample_data`) and never copy a shard.
@@ -23,13 +25,23 @@ REBUILD_HINT = "rebuild it with `fm shards build {version} --tokenizer PATH --se
 class ShardSet:
     """The shards of one shard set: index.json checked against the manifest at construction."""
 
-    def __init__(self, directory: Path, manifest: ShardSetManifest) -> None:
+    def __init__(
+        self, directory: Path, manifest: ShardSetManifest, *, cached_from: str | None = None
+    ) -> None:
+        """`cached_from`: the remote URI when `directory` is a cache entry (for error messages)."""
         from streaming.base.format import reader_from_json  # 10-16 s import, paid once per process
 
         self.directory = directory
         self.manifest = manifest
         self.rebuild_hint = REBUILD_HINT.format(
             version=manifest.source_version, seq_len=manifest.seq_len
+        )
+        # A damaged cached copy is fixed by downloading it again, not by rebuilding the set.
+        self.corrupt_hint = (
+            f"{directory} is a cached copy of {cached_from}: delete it and the next "
+            "make_dataset downloads it again"
+            if cached_from
+            else self.rebuild_hint
         )
         index = self._read_index()
         self._check_index(index)
@@ -52,7 +64,7 @@ class ShardSet:
         try:
             index: dict[str, Any] = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"cannot read MDS index {path}: {exc}; {self.rebuild_hint}") from exc
+            raise ValueError(f"cannot read MDS index {path}: {exc}; {self.corrupt_hint}") from exc
         return index
 
     def _check_index(self, index: dict[str, Any]) -> None:
@@ -65,7 +77,7 @@ class ShardSet:
         if listed != found:
             raise ValueError(
                 f"{self.directory}: index.json lists shards {found}, the manifest {listed}; "
-                f"the shard set is inconsistent, {self.rebuild_hint}"
+                f"the shard set is inconsistent, {self.corrupt_hint}"
             )
         for shard in shards:
             if shard["column_names"] != names or shard["column_encodings"] != encodings:
@@ -92,7 +104,7 @@ class ShardSet:
             with open(path, "rb") as f:
                 mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot open shard {path}: {exc}; {self.rebuild_hint}") from exc
+            raise ValueError(f"cannot open shard {path}: {exc}; {self.corrupt_hint}") from exc
         # Hash the mapped bytes themselves: what we verify is exactly what we serve.
         digest = hashlib.sha256(mapped).hexdigest()
         if digest != info.sha256 or len(mapped) != info.bytes:
@@ -100,7 +112,7 @@ class ShardSet:
             raise ValueError(
                 f"shard {info.name} of {self.manifest.shard_set_key} failed its checksum: "
                 f"expected sha256 {info.sha256} ({info.bytes} bytes), got {digest} "
-                f"({path.stat().st_size} bytes); the file is corrupt, {self.rebuild_hint}"
+                f"({path.stat().st_size} bytes); the file is corrupt, {self.corrupt_hint}"
             )
         self._maps[shard] = mapped
         return mapped

@@ -315,6 +315,29 @@ def test_cli_export_and_status(spine: Spine, tmp_path: Path) -> None:
         assert expected in status.output
 
 
+def test_cli_version_and_shards_print_their_keys_last(spine: Spine) -> None:
+    from fm_assets.cli import main
+    from fm_assets.shard_sets import read_shard_set_row
+
+    runner = CliRunner()
+    created = runner.invoke(main, ["version", "create", "web"])
+    assert created.exit_code == 0, created.output
+    assert created.stdout.strip().splitlines()[-1] == "web@v2"
+    before = read_shard_set_row(spine.settings, spine.shard_set_key)
+    rebuilt = runner.invoke(
+        main,
+        ["shards", "build", spine.version_key, "--tokenizer", NEOX_HASH[:12], "--seq-len", "2048"],
+    )
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert rebuilt.stdout.strip().splitlines()[-1] == spine.shard_set_key
+    # Same version, tokenizer and seq_len: nothing rebuilt, the registered set is unchanged.
+    assert read_shard_set_row(spine.settings, spine.shard_set_key) == before
+    unknown = runner.invoke(
+        main, ["shards", "build", "web@v9", "--tokenizer", "x", "--seq-len", "8"]
+    )
+    assert unknown.exit_code != 0 and "fm version create web" in str(unknown.exception)
+
+
 def test_sensor_requests_each_new_batch_once(spine: Spine, tmp_path: Path) -> None:
     import dagster as dg
 

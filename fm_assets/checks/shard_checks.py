@@ -1,14 +1,52 @@
-"""Checks on a shard set: checksums, token counts against the version, sample provenance."""
+"""Checks on a shard set: checksums, token counts against the version, sample provenance.
+
+The checks read a local directory. A set published on S3 is checked on a fresh download of
+what the store holds (`published_copy`), not on the staging copy it was uploaded from, so a
+failed or damaged upload fails the checks.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import pyarrow.fs as pafs
 
 from fm_assets.checks.data_checks import CheckOutcome
 from fm_assets.settings import Settings
+from fm_assets.storage.objectstore import filesystem_for
 from fm_assets.versions import DatasetVersion, version_documents
-from fm_loader.manifest import ShardSetManifest
+from fm_loader.cache import DOWNLOAD_THREADS, copy_remote_file, is_remote
+from fm_loader.manifest import INDEX_NAME, ShardSetManifest, local_directory
+
+
+@contextlib.contextmanager
+def published_copy(uri: str, manifest: ShardSetManifest, s3_endpoint: str | None) -> Iterator[str]:
+    """A local directory with the files of the shard set published at `uri`, for the checks.
+
+    A local set is checked in place. A remote one is downloaded as it is, unverified (judging
+    it is the checks' job) into a temporary directory removed afterwards; objects missing from
+    the store stay missing in the copy.
+    """
+    if not is_remote(uri):
+        yield str(local_directory(uri))
+        return
+    fs, remote = filesystem_for(uri, s3_endpoint)
+    with tempfile.TemporaryDirectory(prefix="fm-shard-check-") as tmp:
+
+        def fetch(name: str) -> None:
+            path = f"{remote.rstrip('/')}/{name}"
+            if fs.get_file_info(path).type == pafs.FileType.File:
+                copy_remote_file(fs, path, Path(tmp) / name)
+
+        names = [INDEX_NAME, *(shard.name for shard in manifest.shards)]
+        with ThreadPoolExecutor(max_workers=DOWNLOAD_THREADS) as pool:
+            list(pool.map(fetch, names))  # list(): re-raise a failed download here
+        yield tmp
 
 
 def shard_checksums_valid(directory: str, manifest: ShardSetManifest) -> CheckOutcome:

@@ -3,6 +3,7 @@
 import dagster as dg
 
 from fm_assets.checks.shard_checks import (
+    published_copy,
     samples_carry_provenance,
     shard_checksums_valid,
     token_counts_match_version,
@@ -68,13 +69,14 @@ def shard_set(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.Materiali
         progress=context.log.info,
     )
     manifest = build.manifest
-    directory = build.uri.removeprefix("file://")
     version = require_version(settings, version_key)
-    outcomes = [
-        shard_checksums_valid(directory, manifest),
-        token_counts_match_version(manifest, build.documents_tokens),
-        samples_carry_provenance(directory, manifest, settings, version),
-    ]
+    # On S3 the checks read a fresh download of what was published, not the staging copy.
+    with published_copy(build.uri, manifest, settings.s3_endpoint) as directory:
+        outcomes = [
+            shard_checksums_valid(directory, manifest),
+            token_counts_match_version(manifest, build.documents_tokens),
+            samples_carry_provenance(directory, manifest, settings, version),
+        ]
     partition = shard_set_key(version_key, config)
     return dg.MaterializeResult(
         metadata={

@@ -12,6 +12,7 @@ import pyarrow.fs as pafs
 from fm_assets.formats import ParsedRecord, UnreadableRecord, iter_file_records
 from fm_assets.stages.base import CombineContext, Stage, StageResult, quarantine_rows
 from fm_assets.storage import schemas
+from fm_assets.storage.objectstore import filesystem_for
 
 # The input of the raw stage: one row per landed file (built from the batch manifest).
 LANDED_FILES = pa.schema(
@@ -32,11 +33,7 @@ def record_id_for(file_sha256: str, index: int) -> str:
 
 
 def _open_uri(uri: str, s3_endpoint: str | None) -> pafs.NativeFile:
-    if uri.startswith("s3://") and s3_endpoint:
-        scheme, _, host = s3_endpoint.partition("://")
-        fs = pafs.S3FileSystem(endpoint_override=host, scheme=scheme)
-        return fs.open_input_stream(uri.removeprefix("s3://"), compression=None)
-    fs, path = pafs.FileSystem.from_uri(uri)
+    fs, path = filesystem_for(uri, s3_endpoint)
     # compression=None: the parser sniffs gzip itself; pyarrow would guess from the extension
     # and fail on a damaged .gz before the parser could keep the readable records.
     return fs.open_input_stream(path, compression=None)

@@ -9,10 +9,10 @@ from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from fm_assets.stages.base import Stage, StageResult, split_kept
 from fm_assets.storage import schemas
+from fm_assets.storage.objectstore import filesystem_for
 
 # Names under which tokenizers commonly define their end-of-document token.
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[SEP]")
@@ -28,14 +28,17 @@ def eos_token_id(tokenizer: object) -> int | None:
     return None
 
 
-def load_tokenizer(uri: str, expected_hash: str) -> object:
-    """Load (once per process) the tokenizer at `uri`, refusing bytes that do not match its hash."""
+def load_tokenizer(uri: str, expected_hash: str, s3_endpoint: str | None = None) -> object:
+    """Load (once per process) the tokenizer at `uri`, refusing bytes that do not match its hash.
+
+    `uri` is a registry copy (`s3://` reached at `s3_endpoint`, `file://`, or a local path).
+    """
     if expected_hash in _loaded:
         return _loaded[expected_hash]
     from tokenizers import Tokenizer
 
-    fs, path = pafs.FileSystem.from_uri(uri)
-    with fs.open_input_stream(path) as f:
+    fs, path = filesystem_for(uri, s3_endpoint)
+    with fs.open_input_stream(path, compression=None) as f:
         data = f.read()
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected_hash:
@@ -61,6 +64,8 @@ class TokenizeStage(Stage):
     tokenizer_hash: str
     append_eos: bool = True
     tokenizer_uri: str = field(default="", compare=False)  # where to load it; not content
+    # Where to reach an S3-compatible registry; not content either.
+    s3_endpoint: str | None = field(default=None, compare=False)
 
     def config(self) -> dict[str, object]:
         return {"tokenizer_hash": self.tokenizer_hash, "append_eos": self.append_eos}
@@ -68,9 +73,10 @@ class TokenizeStage(Stage):
     def process(self, batch: pa.Table) -> StageResult:
         # Ray scales by processes; tokenizers' own thread pool would oversubscribe the cores.
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        tokenizer = load_tokenizer(self.tokenizer_uri, self.tokenizer_hash)
+        tokenizer = load_tokenizer(self.tokenizer_uri, self.tokenizer_hash, self.s3_endpoint)
         texts = batch.column("text").to_pylist()
-        encodings = tokenizer.encode_batch(texts, add_special_tokens=False)  # type: ignore[attr-defined]
+        # encode_batch_fast: the same ids without offsets, ~10% less CPU (tokenizers >= 0.21).
+        encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=False)  # type: ignore[attr-defined]
         eos = eos_token_id(tokenizer) if self.append_eos else None
         ids = [np.asarray(e.ids, dtype=np.int32) for e in encodings]
         if eos is not None:

@@ -29,7 +29,7 @@ TABLES: Mapping[str, tuple[pa.Schema, tuple[str, ...]]] = {
     "normalized_documents": (schemas.TEXT_DOCUMENTS, ("batch_id",)),
     "tokenized_documents": (schemas.TOKENIZED_DOCUMENTS, ("batch_id",)),
     "quarantine": (schemas.QUARANTINE, ("batch_id",)),
-    "stage_runs": (schemas.STAGE_RUNS, ()),
+    "stage_runs": (schemas.STAGE_RUNS, ("batch_id",)),  # lookups are per batch: prune files
     "check_results": (schemas.CHECK_RESULTS, ()),
     "tokenizers": (schemas.TOKENIZERS, ()),
     "dataset_versions": (schemas.DATASET_VERSIONS, ()),
@@ -40,10 +40,10 @@ _lock = threading.Lock()
 
 
 def _catalog_properties(settings: Settings) -> dict[str, str]:
+    from fm_assets.storage.objectstore import iceberg_s3_properties
+
     props = {"uri": settings.catalog_uri, "warehouse": settings.warehouse}
-    if settings.s3_endpoint:
-        props["s3.endpoint"] = settings.s3_endpoint
-    return props
+    return props | iceberg_s3_properties(settings.s3_endpoint)
 
 
 @cache

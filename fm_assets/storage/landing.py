@@ -219,7 +219,8 @@ def _publish_remote(store: ObjectStore, manifest: BatchManifest, sources: dict[s
     for landed in manifest.files:
         with (
             sources[landed.sha256].open("rb") as src,
-            store.fs.open_output_stream(store.path(landed.key)) as dst,
+            # compression=None: by default pyarrow would gzip a ".gz" name a second time.
+            store.fs.open_output_stream(store.path(landed.key), compression=None) as dst,
         ):
             while chunk := src.read(_CHUNK):
                 dst.write(chunk)

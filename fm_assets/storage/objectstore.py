@@ -1,4 +1,9 @@
-"""A thin layer over pyarrow filesystems so the same code writes to a local directory or `s3://`."""
+"""A thin layer over pyarrow filesystems so the same code writes to a local directory or `s3://`.
+
+S3 credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
+AWS_REGION in the environment, a profile, or an instance role); only the endpoint of an
+S3-compatible store (SeaweedFS, MinIO) is a platform setting, `FM_S3_ENDPOINT`.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,8 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from fm_assets.settings import Settings
+
+_CHUNK = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -53,8 +60,27 @@ class ObjectStore:
                 os.fsync(f.fileno())
             os.replace(tmp, final)
         else:
-            with self.fs.open_output_stream(self.path(key)) as f:
+            with self.fs.open_output_stream(self.path(key), compression=None) as f:
                 f.write(data)
+
+    def upload_file(self, local_path: Path, key: str) -> None:
+        """Copy a local file to `key`; on S3 the object appears whole when the upload completes."""
+        with (
+            open(local_path, "rb") as src,
+            # compression=None: pyarrow would otherwise compress by the key's extension.
+            self.fs.open_output_stream(self.path(key), compression=None) as dst,
+        ):
+            while chunk := src.read(_CHUNK):
+                dst.write(chunk)
+
+    def size(self, key: str) -> int | None:
+        """The object's size in bytes, or None when it does not exist."""
+        info = self.fs.get_file_info(self.path(key))
+        return info.size if info.type == pafs.FileType.File else None
+
+    def delete_file(self, key: str) -> None:
+        if self.exists(key):
+            self.fs.delete_file(self.path(key))
 
     def list_dir(self, key: str) -> list[str]:
         """Names directly below `key` (files and directories); empty when it does not exist."""
@@ -69,17 +95,68 @@ class ObjectStore:
             self.fs.delete_dir(self.path(key))
 
 
+def _endpoint_parts(s3_endpoint: str) -> tuple[str, str]:
+    """(scheme, host:port) of an endpoint; a bare `host:port` means http, as S3-compatible
+    stores on a private network usually speak it."""
+    scheme, separator, host = s3_endpoint.partition("://")
+    if not separator:
+        scheme, host = "http", s3_endpoint
+    host = host.rstrip("/")
+    if scheme not in ("http", "https") or not host or "/" in host:
+        raise ValueError(
+            f"FM_S3_ENDPOINT {s3_endpoint!r} is not an endpoint; "
+            "set it to http://HOST:PORT or https://HOST:PORT (no bucket or path)"
+        )
+    return scheme, host
+
+
+def s3_filesystem(s3_endpoint: str | None) -> pafs.S3FileSystem:
+    """An S3 client for AWS (`s3_endpoint` None) or an S3-compatible store at `s3_endpoint`
+    (`http://host:port`, `https://host:port` or a bare `host:port`)."""
+    if not s3_endpoint:
+        return pafs.S3FileSystem()
+    scheme, host = _endpoint_parts(s3_endpoint)
+    return pafs.S3FileSystem(endpoint_override=host, scheme=scheme)
+
+
+def iceberg_s3_properties(s3_endpoint: str | None) -> dict[str, str]:
+    """pyiceberg FileIO properties reaching an S3-compatible store at `s3_endpoint` ({} for AWS).
+
+    Credentials are left to the AWS chain, as for every other client here. The region is pinned:
+    without one pyiceberg asks AWS where the bucket lives, which is meaningless for a store of
+    our own (and costs seconds of timeouts offline); we pin the region the AWS chain gives.
+    """
+    if not s3_endpoint:
+        return {}
+    scheme, host = _endpoint_parts(s3_endpoint)
+    return {"s3.endpoint": f"{scheme}://{host}", "s3.region": s3_filesystem(s3_endpoint).region}
+
+
+def filesystem_for(uri: str, s3_endpoint: str | None = None) -> tuple[pafs.FileSystem, str]:
+    """The filesystem holding `uri` and the path inside it.
+
+    `uri` is an `s3://bucket/key` URI (reached at `s3_endpoint` when given: pyarrow's own
+    `FileSystem.from_uri` knows nothing of it), a `file://` URI or a local path.
+    """
+    if uri.startswith("s3://"):
+        return s3_filesystem(s3_endpoint), uri.removeprefix("s3://")
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), str(Path(uri).absolute())
+    return pafs.FileSystem.from_uri(uri)
+
+
 def open_object_store(settings: Settings) -> ObjectStore:
     """Open the configured object store: a local directory, `file://` or `s3://` URI."""
     location = settings.object_store
     if location.startswith("s3://"):
-        kwargs: dict[str, object] = {}
-        if settings.s3_endpoint:
-            scheme, _, host = settings.s3_endpoint.partition("://")
-            kwargs = {"endpoint_override": host or scheme, "scheme": scheme if host else "http"}
-        fs = pafs.S3FileSystem(**kwargs)
-        root = location.removeprefix("s3://")
-        return ObjectStore(fs=fs, root=root, uri_prefix=location)
+        root = location.removeprefix("s3://").rstrip("/")
+        if not root:
+            raise ValueError(
+                f"FM_OBJECT_STORE {location!r} names no bucket; set it to s3://BUCKET[/PREFIX]"
+            )
+        return ObjectStore(
+            fs=s3_filesystem(settings.s3_endpoint), root=root, uri_prefix=f"s3://{root}"
+        )
     if location.startswith("file://"):
         location = location.removeprefix("file://")
     Path(location).mkdir(parents=True, exist_ok=True)

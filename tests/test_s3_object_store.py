@@ -1,0 +1,343 @@
+"""The production object store: the whole platform on a real S3 server (SeaweedFS on loopback).
+
+`FM_OBJECT_STORE=s3://...` and `FM_WAREHOUSE=s3://...` with `FM_S3_ENDPOINT` and the standard AWS
+credential variables: landing, the published log the sensor follows, stages reading landed files
+and the tokenizer on Ray workers, Iceberg tables, shard sets uploaded manifest-last, their checks,
+and `fm_loader.make_dataset` serving the set from its local cache, keyed by the manifest hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+import pytest
+
+from fm_assets import operations
+from fm_assets.settings import Settings, load_settings
+from fm_assets.storage import catalog
+from fm_assets.storage.landing import BatchManifest
+from fm_assets.tokenizer_registry import register_tokenizer
+from tests.conftest import NEOX_TOKENIZER, WARC_DIR
+from tests.s3_server import S3Server, seaweedfs_s3
+
+pytestmark = pytest.mark.slow
+
+WARC = WARC_DIR / "wget-sample-0000.warc.gz"
+SEQ_LEN = 1024
+OBJECTS = "platform"  # prefix of FM_OBJECT_STORE inside the bucket
+WAREHOUSE = "warehouse"  # prefix of FM_WAREHOUSE inside the bucket
+
+
+@dataclass
+class S3Platform:
+    s3: S3Server
+    settings: Settings
+    batch: BatchManifest
+    version_key: str
+    shard_set_key: str
+    row: dict[str, Any]  # the shard set's catalog row
+    cache_dir: Path
+
+    def keys(self, prefix: str) -> dict[str, int]:
+        """Object key (below the bucket) -> size, for every object under `prefix`."""
+        selector = pafs.FileSelector(f"{self.s3.bucket}/{prefix}", recursive=True)
+        return {
+            info.path.removeprefix(f"{self.s3.bucket}/"): info.size
+            for info in self.s3.filesystem().get_file_info(selector)
+            if info.type == pafs.FileType.File
+        }
+
+
+def _ray_workers_with(env: dict[str, str], num_cpus: int) -> None:
+    """Make the session's Ray workers see `env` (the S3 credentials), restarting Ray if not.
+
+    Ray workers inherit the environment Ray was started with; the session's Ray predates this
+    module's credentials, and S3 readers on workers need them exactly as in production.
+    """
+    import ray
+
+    from fm_assets.compute import ensure_ray
+
+    @ray.remote(num_cpus=0)
+    def worker_env(names: list[str]) -> dict[str, str | None]:
+        return {name: os.environ.get(name) for name in names}
+
+    if ray.is_initialized() and ray.get(worker_env.remote(list(env))) == env:
+        return
+    ray.shutdown()
+    ensure_ray(load_settings({"FM_RAY_NUM_CPUS": str(num_cpus)}))
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with seaweedfs_s3(tmp_path_factory.mktemp("seaweedfs")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def platform(
+    request: pytest.FixtureRequest, s3: S3Server, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[S3Platform]:
+    from fm_assets.shard_sets import read_shard_set_row
+
+    home = tmp_path_factory.mktemp("s3-platform") / "fm"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("FM_HOME", str(home))
+        env.setenv("DAGSTER_HOME", str(home / "dagster"))
+        env.setenv("FM_OBJECT_STORE", f"s3://{s3.bucket}/{OBJECTS}")
+        env.setenv("FM_WAREHOUSE", f"s3://{s3.bucket}/{WAREHOUSE}")
+        env.setenv("FM_S3_ENDPOINT", s3.endpoint)
+        for name, value in s3.env().items():
+            env.setenv(name, value)
+        # The session's Ray, requested only now: if this module starts it, its workers
+        # inherit the credentials above and need no restart.
+        request.getfixturevalue("ray_session")
+        _ray_workers_with(s3.env(), num_cpus=2)
+        settings = load_settings()
+        log: list[str] = []
+        register_tokenizer(settings, NEOX_TOKENIZER, make_default=True)
+        batch, created = operations.land(settings, [WARC], source="wget", license="Apache-2.0")
+        assert created
+        operations.run_batch(settings, batch.batch_id, log.append)  # raises if a check fails
+        version_key = operations.create_version(settings, "web", [], log.append)
+        shard_set_key = operations.build_shards(
+            settings, version_key, str(NEOX_TOKENIZER), SEQ_LEN, log.append
+        )
+        row = read_shard_set_row(settings, shard_set_key)
+        assert row is not None
+        yield S3Platform(
+            s3=s3,
+            settings=settings,
+            batch=batch,
+            version_key=version_key,
+            shard_set_key=shard_set_key,
+            row=row,
+            cache_dir=home.parent / "loader-cache",
+        )
+
+
+def test_landed_files_and_log_are_in_the_bucket(platform: S3Platform) -> None:
+    from fm_assets.storage.landing import published_log, read_manifest
+    from fm_assets.storage.objectstore import open_object_store
+
+    objects = platform.keys(f"{OBJECTS}/landing")
+    prefix = f"{OBJECTS}/landing/batches/{platform.batch.batch_id}"
+    (landed,) = platform.batch.files
+    assert objects[f"{OBJECTS}/{landed.key}"] == WARC.stat().st_size
+    assert f"{prefix}/manifest.json" in objects
+    with platform.s3.filesystem().open_input_stream(
+        f"{platform.s3.bucket}/{OBJECTS}/{landed.key}", compression=None
+    ) as f:
+        assert hashlib.sha256(f.read()).hexdigest() == landed.sha256
+    store = open_object_store(platform.settings)
+    assert [b for _, b in published_log(store)] == [platform.batch.batch_id]
+    assert read_manifest(store, platform.batch.batch_id) == platform.batch
+    # Landing the same file again finds the batch in S3 and does no new work.
+    again, created = operations.land(platform.settings, [WARC], source="wget", license="Apache-2.0")
+    assert not created and again == platform.batch
+
+
+def test_ray_workers_read_the_landed_files_from_s3(platform: S3Platform) -> None:
+    """The raw stage turns a failed read into a `read_error` quarantine row: there must be none,
+    and the server must refuse other credentials (so the workers used the real ones)."""
+    s, batch_id = platform.settings, platform.batch.batch_id
+    quarantine = catalog.read_batch(s, "quarantine", batch_id).to_pylist()
+    assert [r["reason"] for r in quarantine if r["rule"] == "read_error"] == []
+    raw = catalog.read_batch(s, "raw_documents", batch_id, columns=("source_file",))
+    assert raw.num_rows >= 10 and set(raw.column("source_file").to_pylist()) == {WARC.name}
+    tokenized = catalog.read_batch(s, "tokenized_documents", batch_id, columns=("doc_id",))
+    assert tokenized.num_rows >= 10
+    stranger = pafs.S3FileSystem(
+        access_key="someone-else",
+        secret_key="wrong",
+        endpoint_override=platform.s3.endpoint.removeprefix("http://"),
+        scheme="http",
+    )
+    (landed,) = platform.batch.files
+    with pytest.raises(OSError, match="ACCESS_DENIED"):
+        stranger.open_input_stream(f"{platform.s3.bucket}/{OBJECTS}/{landed.key}").read()
+
+
+def test_sensor_follows_the_published_log_on_s3(platform: S3Platform) -> None:
+    import dagster as dg
+
+    from fm_assets.definitions import defs
+
+    sensor = defs.resolve_sensor_def("new_landing_batch_sensor")
+    context = dg.build_sensor_context(
+        instance=operations.dagster_instance(platform.settings),
+        resources={"fm": defs.resources["fm"]},
+    )
+    result = sensor(context)
+    assert [r.partition_key for r in result.run_requests] == [platform.batch.batch_id]
+
+
+def test_nothing_is_written_to_local_object_or_warehouse_dirs(platform: S3Platform) -> None:
+    home = platform.settings.home
+    assert not (home / "objects").exists()
+    assert not (home / "warehouse").exists()
+    tables = platform.keys(WAREHOUSE)
+    for table in ("raw_documents", "tokenized_documents", "shard_sets", "check_results"):
+        files = [k for k in tables if k.startswith(f"{WAREHOUSE}/fm/{table}/")]
+        assert any(k.endswith(".metadata.json") for k in files), table
+        assert any(k.endswith(".parquet") for k in files), table
+
+
+def test_every_check_passed(platform: S3Platform) -> None:
+    rows = catalog.read_table(platform.settings, "check_results").to_pylist()
+    for row in rows:
+        assert row["passed"], f"{row['asset']}.{row['check_name']}: {row['description']}"
+    by_asset: dict[str, set[str]] = {}
+    for row in rows:
+        by_asset.setdefault(row["asset"], set()).add(row["check_name"])
+    assert by_asset["landing_batch"] == {"files_match_manifest"}
+    assert "token_counts_consistent" in by_asset["tokenized_documents"]
+    assert by_asset["shard_set"] == {
+        "shard_checksums_valid",
+        "token_counts_match_version",
+        "samples_carry_provenance",
+    }
+
+
+def test_shard_set_is_published_in_the_bucket(platform: S3Platform) -> None:
+    from fm_loader.manifest import ShardSetManifest
+
+    dataset, number = platform.version_key.split("@v")
+    config = platform.shard_set_key.split("/")[-1]
+    prefix = f"{OBJECTS}/shards/{dataset}/v{number}/{config}"
+    assert platform.row["uri"] == f"s3://{platform.s3.bucket}/{prefix}"
+    objects = platform.keys(prefix)
+    with platform.s3.filesystem().open_input_stream(
+        f"{platform.s3.bucket}/{prefix}/fm_manifest.json", compression=None
+    ) as f:
+        data = f.read()
+    assert hashlib.sha256(data).hexdigest() == platform.row["manifest_sha256"]
+    manifest = ShardSetManifest.from_json(data.decode())
+    expected = {f"{prefix}/{s.name}": s.bytes for s in manifest.shards}
+    assert {k: v for k, v in objects.items() if k.endswith(".mds")} == expected
+    assert set(objects) == {*expected, f"{prefix}/index.json", f"{prefix}/fm_manifest.json"}
+    assert manifest.num_samples == platform.row["num_samples"] > 0
+
+
+def test_loader_serves_every_sample_from_the_cache(platform: S3Platform) -> None:
+    import fm_loader
+    from fm_assets.versions import require_version, version_documents
+
+    dataset = fm_loader.make_dataset(
+        platform.version_key,
+        rank=0,
+        world_size=1,
+        settings=platform.settings,
+        cache_dir=platform.cache_dir,
+    )
+    digest = platform.row["manifest_sha256"]
+    entry = platform.cache_dir / digest
+    # One entry named by the manifest's hash, no download left half-way, nothing else.
+    assert sorted(p.name for p in platform.cache_dir.iterdir() if not p.name.endswith(".lock")) == [
+        digest
+    ]
+    assert hashlib.sha256((entry / "fm_manifest.json").read_bytes()).hexdigest() == digest
+    assert dataset.manifest_sha256 == digest
+    samples = list(dataset)
+    manifest = dataset.manifest
+    assert len(samples) == manifest.num_samples
+    # Real tokens of a sample = positions with a label + one last token per segment.
+    tokens = sum(int(s["loss_mask"].sum()) + len(s["doc_ids"]) for s in samples)
+    assert tokens == manifest.num_tokens
+    version = require_version(platform.settings, platform.version_key)
+    docs = version_documents(platform.settings, version, "tokenized_documents", ("doc_id",))
+    assert {d for s in samples for d in s["doc_ids"]} == set(docs.column("doc_id").to_pylist())
+    # A second trainer process on this node reuses the entry: nothing is downloaded again.
+    stamps = {p.name: p.stat().st_mtime_ns for p in entry.iterdir()}
+    again = fm_loader.make_dataset(
+        platform.version_key, settings=platform.settings, cache_dir=platform.cache_dir
+    )
+    assert len(list(again)) == manifest.num_samples
+    assert {p.name: p.stat().st_mtime_ns for p in entry.iterdir()} == stamps
+
+
+def test_a_corrupted_cached_shard_is_detected(platform: S3Platform, tmp_path: Path) -> None:
+    import fm_loader
+
+    cache = tmp_path / "cache"
+    first = fm_loader.make_dataset(
+        platform.version_key, settings=platform.settings, cache_dir=cache
+    )
+    shard = cache / platform.row["manifest_sha256"] / first.manifest.shards[0].name
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    dataset = fm_loader.make_dataset(
+        platform.version_key, settings=platform.settings, cache_dir=cache
+    )
+    with pytest.raises(ValueError, match=r"failed its checksum.*cached copy of s3://.*delete it"):
+        list(dataset)
+    shard.write_bytes(bytes(data[:-10]))  # truncated: refused before serving anything
+    with pytest.raises(ValueError, match=r"cache entry .* is damaged: shard\..*delete"):
+        fm_loader.make_dataset(platform.version_key, settings=platform.settings, cache_dir=cache)
+
+
+def test_upload_publishes_the_manifest_last_and_bad_sets_are_refused(
+    platform: S3Platform, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy of the set, uploaded again: the manifest goes last, and a set with a missing
+    manifest or a damaged shard is never cached and fails its checks."""
+    import fm_loader
+    from fm_assets.checks.shard_checks import published_copy, shard_checksums_valid
+    from fm_assets.shard_sets import upload_shard_set
+    from fm_assets.storage.objectstore import ObjectStore, open_object_store
+    from fm_loader.cache import cached_shard_set
+
+    settings = platform.settings
+    source = fm_loader.make_dataset(
+        platform.version_key, settings=settings, cache_dir=platform.cache_dir
+    )
+    local = platform.cache_dir / platform.row["manifest_sha256"]
+    store = open_object_store(settings)
+    uploads: list[str] = []
+    upload = ObjectStore.upload_file
+
+    def recording(self: ObjectStore, path: Path, key: str) -> None:
+        uploads.append(key.rsplit("/", 1)[-1])
+        upload(self, path, key)
+
+    monkeypatch.setattr(ObjectStore, "upload_file", recording)
+    upload_shard_set(store, local, "copies/web-v1")
+    assert uploads[-1] == "fm_manifest.json" and len(uploads) == len(source.manifest.shards) + 2
+
+    digest = platform.row["manifest_sha256"]
+    cache = tmp_path / "cache"
+    # The copy is the same set: same manifest bytes, so it is served under the same key.
+    assert cached_shard_set(
+        store.uri("copies/web-v1"), digest, cache_dir=cache, s3_endpoint=settings.s3_endpoint
+    ) == (cache / digest)
+
+    victim = source.manifest.shards[0].name
+    store.delete_file("copies/web-v1/fm_manifest.json")
+    with pytest.raises(ValueError, match=r"not a complete shard set: fm_manifest\.json is missing"):
+        cached_shard_set(
+            store.uri("copies/web-v1"),
+            digest,
+            cache_dir=tmp_path / "c2",
+            s3_endpoint=settings.s3_endpoint,
+        )
+    data = bytearray((local / victim).read_bytes())
+    data[100] ^= 0xFF
+    store.write_bytes_atomic(f"copies/web-v1/{victim}", bytes(data))
+    store.upload_file(local / "fm_manifest.json", "copies/web-v1/fm_manifest.json")
+    broken = tmp_path / "broken-cache"
+    with pytest.raises(ValueError, match=rf"corrupt in the object store: {victim}"):
+        cached_shard_set(
+            store.uri("copies/web-v1"), digest, cache_dir=broken, s3_endpoint=settings.s3_endpoint
+        )
+    # Nothing of the failed download stays in the cache, so nothing partial is ever read.
+    assert [p.name for p in broken.iterdir() if not p.name.endswith(".lock")] == []
+    with published_copy(store.uri("copies/web-v1"), source.manifest, settings.s3_endpoint) as copy:
+        outcome = shard_checksums_valid(copy, source.manifest)
+    assert not outcome.passed and victim in outcome.description
