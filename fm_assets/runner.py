@@ -10,6 +10,7 @@ commit leaves no matching run, so the next attempt redoes and replaces the parti
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import time
 from collections import Counter
@@ -151,20 +152,23 @@ def run_stage(
         input_snapshot_id = int(upstream_run["output_snapshot_id"])
     stage_key = _digest(upstream_key, stage.name, stage.version, stage.config_hash())
 
+    report = functools.partial(
+        StageRunReport,
+        stage=stage_name,
+        batch_id=batch_id,
+        stage_key=stage_key,
+        code_version=stage.version,
+        config_hash=stage.config_hash(),
+        input_snapshot_id=input_snapshot_id,
+    )
     last = latest_stage_run(settings, batch_id, stage_name)
     if last is not None and last["stage_key"] == stage_key:
         progress(f"{stage_name}: up to date for {batch_id}, nothing to do")
-        return StageRunReport(
-            stage=stage_name,
-            batch_id=batch_id,
-            stage_key=stage_key,
-            code_version=stage.version,
-            config_hash=stage.config_hash(),
+        return report(
             skipped=True,
             records_in=int(last["records_in"]),
             records_kept=int(last["records_kept"]),
             records_quarantined=int(last["records_quarantined"]),
-            input_snapshot_id=input_snapshot_id,
             output_snapshot_id=int(last["output_snapshot_id"]),
             seconds=time.monotonic() - started,
         )
@@ -196,23 +200,17 @@ def run_stage(
         settings, stage, batch_id, result, stage_key, input_snapshot_id, run_id, records_in
     )
     rules = Counter(result.quarantined.column("rule").to_pylist())
-    report = StageRunReport(
-        stage=stage_name,
-        batch_id=batch_id,
-        stage_key=stage_key,
-        code_version=stage.version,
-        config_hash=stage.config_hash(),
+    done = report(
         skipped=False,
         records_in=records_in,
         records_kept=kept,
         records_quarantined=bad,
-        input_snapshot_id=input_snapshot_id,
         output_snapshot_id=output_snapshot_id,
         seconds=time.monotonic() - started,
         quarantine_rules=dict(sorted(rules.items())),
     )
-    progress(f"{stage_name}: {kept} kept, {bad} quarantined in {report.seconds:.1f}s")
-    return report
+    progress(f"{stage_name}: {kept} kept, {bad} quarantined in {done.seconds:.1f}s")
+    return done
 
 
 def _earlier_documents(settings: Settings, earlier: list[str]) -> dict[str, str]:
