@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import re
 import tempfile
 from collections.abc import Callable, Iterator
@@ -254,8 +253,3 @@ def upload_shard_set(store: ObjectStore, local: Path, prefix: str) -> None:
                 f"{path.stat().st_size}; the set stays unpublished: rerun `fm shards build`"
             )
     store.upload_file(manifest_file, f"{prefix}/{MANIFEST_NAME}")
-
-
-def manifest_summary(manifest: ShardSetManifest) -> dict[str, Any]:
-    summary: dict[str, Any] = json.loads(manifest.to_json())
-    return summary | {"shards": len(manifest.shards)}

@@ -25,10 +25,10 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from fm_loader.manifest import INDEX_NAME, MANIFEST_NAME, ShardSetManifest
+from fm_loader.shards import REBUILD_HINT
 
 DOWNLOAD_THREADS = 8
 _CHUNK = 8 << 20
-REBUILD_HINT = "rebuild it with `fm shards build {version} --tokenizer PATH --seq-len N`"
 
 
 def default_cache_dir() -> Path:
@@ -115,7 +115,7 @@ def _download(uri: str, manifest_sha256: str, tmp: Path, s3_endpoint: str | None
         data: bytes = f.read()
     digest = hashlib.sha256(data).hexdigest()
     manifest = ShardSetManifest.from_json(data.decode("utf-8"))
-    rebuild = REBUILD_HINT.format(version=manifest.source_version)
+    rebuild = REBUILD_HINT.format(version=manifest.source_version, seq_len=manifest.seq_len)
     if digest != manifest_sha256:
         raise ValueError(
             f"the manifest at {uri} has sha256 {digest}, but the catalog registered "

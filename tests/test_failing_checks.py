@@ -32,6 +32,14 @@ def _land_notes(settings: Settings, directory: Path, words: str) -> str:
     return batch.batch_id
 
 
+def _processed_notes(settings: Settings, directory: Path, words: str) -> str:
+    """A small batch landed and run through every stage with the real tokenizer."""
+    register_tokenizer(settings, NEOX_TOKENIZER, make_default=True)
+    batch = _land_notes(settings, directory, words)
+    operations.run_batch(settings, batch, lambda message: None)
+    return batch
+
+
 def test_tampered_landing_file_fails_the_run_and_is_left_out_of_versions(
     ray_session: None, fm_settings: Settings, tmp_path: Path
 ) -> None:
@@ -60,9 +68,7 @@ def test_tampered_landing_file_fails_the_run_and_is_left_out_of_versions(
 def test_accounting_check_catches_lost_records(
     ray_session: None, fm_settings: Settings, tmp_path: Path
 ) -> None:
-    register_tokenizer(fm_settings, NEOX_TOKENIZER, make_default=True)
-    batch = _land_notes(fm_settings, tmp_path / "notes", "lakes")
-    operations.run_batch(fm_settings, batch, lambda message: None)
+    batch = _processed_notes(fm_settings, tmp_path / "notes", "lakes")
     outcome = data_checks.records_accounted_for(fm_settings, "normalized_documents", batch)
     assert outcome.passed, outcome.description
 
@@ -75,17 +81,11 @@ def test_accounting_check_catches_lost_records(
     assert not outcome.passed
     assert "1 lost" in outcome.description
 
-    # The next stage's check notices too: its input no longer matches what it consumed.
-    tokenized = data_checks.document_expectations(fm_settings, "tokenized_documents", batch)
-    assert tokenized.passed  # the tokenized table itself is still well-formed
-
 
 def test_expectations_catch_an_empty_text(
     ray_session: None, fm_settings: Settings, tmp_path: Path
 ) -> None:
-    register_tokenizer(fm_settings, NEOX_TOKENIZER, make_default=True)
-    batch = _land_notes(fm_settings, tmp_path / "notes", "hills")
-    operations.run_batch(fm_settings, batch, lambda message: None)
+    batch = _processed_notes(fm_settings, tmp_path / "notes", "hills")
     table = catalog.read_batch(fm_settings, "extracted_documents", batch)
     texts = table.column("text").to_pylist()
     texts[0] = ""

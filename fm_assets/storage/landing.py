@@ -217,13 +217,7 @@ def _publish_local(store: ObjectStore, manifest: BatchManifest, sources: dict[st
 def _publish_remote(store: ObjectStore, manifest: BatchManifest, sources: dict[str, Path]) -> None:
     """Object stores have no rename: upload the files, then the manifest, which publishes."""
     for landed in manifest.files:
-        with (
-            sources[landed.sha256].open("rb") as src,
-            # compression=None: by default pyarrow would gzip a ".gz" name a second time.
-            store.fs.open_output_stream(store.path(landed.key), compression=None) as dst,
-        ):
-            while chunk := src.read(_CHUNK):
-                dst.write(chunk)
+        store.upload_file(sources[landed.sha256], landed.key)
     store.write_bytes_atomic(
         f"{_batch_prefix(manifest.batch_id)}/manifest.json", manifest.to_json().encode()
     )
