@@ -1,0 +1,1 @@
+"""Eval-set contamination: normalisation, the registry's hashes, and the matcher."""

@@ -1,0 +1,1 @@
+"""Curation stages' building blocks: language ID, quality rules and classifier, near-dedup, PII."""
