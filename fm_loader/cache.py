@@ -2,7 +2,10 @@
 
     <cache dir>/<manifest sha256>/            a complete copy: index.json, shards, fm_manifest.json
     <cache dir>/.<manifest sha256>.tmp-<pid>-*  a download in progress, renamed into place when done
-    <cache dir>/.<manifest sha256>.lock       one download of a set at a time (the node's ranks)
+
+Downloads are serialised per node by an flock on the cache directory itself, so no lock file is
+ever created or left behind; a crashed download leaves only its tmp directory, which the next
+download of that set removes.
 
 An entry appears only by renaming a fully downloaded directory whose every shard matched the
 manifest's sha256 and size, so a partial copy is never read. Its name is the hash of the manifest
@@ -20,11 +23,12 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from fm_loader.manifest import INDEX_NAME, MANIFEST_NAME, ShardSetManifest
+from fm_loader.manifest import INDEX_NAME, MANIFEST_NAME, ShardInfo, ShardSetManifest
 from fm_loader.shards import REBUILD_HINT
 
 DOWNLOAD_THREADS = 8
@@ -69,12 +73,12 @@ def cached_shard_set(
     root = cache_dir if cache_dir is not None else default_cache_dir()
     entry = root / manifest_sha256
     if entry.is_dir():
-        _check_entry(entry, manifest_sha256, uri)
+        _check_entry(entry, manifest_sha256, uri, RemoteShards(uri, entry, s3_endpoint))
         return entry
     root.mkdir(parents=True, exist_ok=True)
-    with _exclusive(root / f".{manifest_sha256}.lock"):
+    with _exclusive(root):
         if entry.is_dir():  # another rank finished the download while we waited
-            _check_entry(entry, manifest_sha256, uri)
+            _check_entry(entry, manifest_sha256, uri, RemoteShards(uri, entry, s3_endpoint))
             return entry
         # Holding the lock, any temporary directory of this set is a crashed download.
         for stale in root.glob(f".{manifest_sha256}.tmp-*"):
@@ -88,14 +92,59 @@ def cached_shard_set(
     return entry
 
 
+def remote_manifest_sha256(uri: str, s3_endpoint: str | None) -> str:
+    """sha256 of the manifest published at `uri` now: the cache key of a set named by location."""
+    from fm_assets.storage.objectstore import filesystem_for
+
+    fs, remote = filesystem_for(uri, s3_endpoint)
+    path = f"{remote.rstrip('/')}/{MANIFEST_NAME}"
+    try:
+        with fs.open_input_stream(path, compression=None) as f:
+            data: bytes = f.read()
+    except (OSError, FileNotFoundError) as exc:
+        raise ValueError(
+            f"{uri} is not a complete shard set: cannot read {MANIFEST_NAME} ({exc}); the "
+            "writer uploads it last, so the set is missing or still being written"
+        ) from exc
+    return hashlib.sha256(data).hexdigest()
+
+
 @contextlib.contextmanager
-def _exclusive(lock_path: Path) -> Iterator[None]:
-    with open(lock_path, "a") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+def _exclusive(directory: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `directory` (released on exit, or by the kernel on a crash)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+@dataclass(frozen=True)
+class RemoteShards:
+    """Where a cache entry came from, so a damaged shard can be fetched again (picklable)."""
+
+    uri: str
+    entry: Path
+    s3_endpoint: str | None
+
+    def refetch(self, shard: ShardInfo) -> None:
+        """Download one shard again over the cached copy; raise naming it if it is still bad."""
+        from fm_assets.storage.objectstore import filesystem_for
+
+        fs, remote = filesystem_for(self.uri, self.s3_endpoint)
+        tmp = self.entry / f".{shard.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
-            yield
+            sha, size = copy_remote_file(fs, f"{remote.rstrip('/')}/{shard.name}", tmp)
+            if sha != shard.sha256 or size != shard.bytes:
+                raise ValueError(
+                    f"shard {shard.name} of {self.uri} is corrupt in the object store too: sha256 "
+                    f"{sha} ({size} bytes), expected {shard.sha256} ({shard.bytes}); rebuild the "
+                    "shard set with `fm shards build`"
+                )
+            tmp.replace(self.entry / shard.name)  # atomic: readers see the old or the new file
         finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+            tmp.unlink(missing_ok=True)
 
 
 def _download(uri: str, manifest_sha256: str, tmp: Path, s3_endpoint: str | None) -> None:
@@ -140,10 +189,11 @@ def _download(uri: str, manifest_sha256: str, tmp: Path, s3_endpoint: str | None
     (tmp / MANIFEST_NAME).write_bytes(data)
 
 
-def _check_entry(entry: Path, manifest_sha256: str, uri: str) -> None:
+def _check_entry(entry: Path, manifest_sha256: str, uri: str, remote: RemoteShards) -> None:
     """Cheap checks of an existing entry (the manifest's hash, every file at its size).
 
-    Shard contents are verified by sha256 when the loader first maps them, as for local sets.
+    A missing or truncated shard is fetched again once (then it must match its sha256);
+    shard contents are verified by sha256 when the loader first maps them, as for local sets.
     """
     fix = f"delete {entry} and the next make_dataset downloads {uri} again"
     try:
@@ -155,15 +205,10 @@ def _check_entry(entry: Path, manifest_sha256: str, uri: str) -> None:
         raise ValueError(
             f"cache entry {entry} holds a manifest with sha256 {digest}, not its name; {fix}"
         )
-    manifest = ShardSetManifest.from_json(data.decode("utf-8"))
-    wrong = [
-        shard.name
-        for shard in manifest.shards
-        if not (entry / shard.name).is_file() or (entry / shard.name).stat().st_size != shard.bytes
-    ]
     if not (entry / INDEX_NAME).is_file():
-        wrong.append(INDEX_NAME)
-    if wrong:
-        raise ValueError(
-            f"cache entry {entry} is damaged: {', '.join(wrong[:5])} missing or truncated; {fix}"
-        )
+        raise ValueError(f"cache entry {entry} has no {INDEX_NAME}; {fix}")
+    manifest = ShardSetManifest.from_json(data.decode("utf-8"))
+    for shard in manifest.shards:
+        path = entry / shard.name
+        if not path.is_file() or path.stat().st_size != shard.bytes:
+            remote.refetch(shard)

@@ -17,7 +17,8 @@ def collate(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
     b * seq_len and joined into one flat int32 `cu_seqlens` over the flattened batch, with
     `max_seqlen` the longest segment (including padding tails), as `flash_attn_varlen_func`
     expects. `doc_ids` stays a list (one list of ids per sample); `sample_index` becomes an
-    int64 tensor [batch].
+    int64 tensor [batch], as do `num_tokens` (real tokens per sample) and `source` (the
+    mixture source index) when present.
     """
     if not batch:
         raise ValueError("cannot collate an empty batch")
@@ -32,5 +33,7 @@ def collate(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["cu_seqlens"] = cu_seqlens
     out["max_seqlen"] = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
     out["doc_ids"] = [list(s["doc_ids"]) for s in batch]
-    out["sample_index"] = torch.tensor([s["sample_index"] for s in batch], dtype=torch.int64)
+    for key in ("sample_index", "num_tokens", "source"):
+        if key in batch[0]:
+            out[key] = torch.tensor([s[key] for s in batch], dtype=torch.int64)
     return out

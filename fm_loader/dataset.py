@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import torch.utils.data
 
 from fm_assets.settings import Settings
 from fm_loader.manifest import ShardSetManifest
-from fm_loader.plan import epoch_order, rank_span, resolve_world, worker_positions
+from fm_loader.mixture import MixtureArg, MixtureSpec, ScheduleCursor
+from fm_loader.plan import SourceOrder, rank_positions, resolve_world, worker_serves
 from fm_loader.resolve import (
     ResolvedShardSet,
     check_compatible,
@@ -19,115 +22,246 @@ from fm_loader.resolve import (
 )
 from fm_loader.samples import build_sample
 from fm_loader.shards import ShardSet
-from fm_loader.state import STATE_FORMAT_VERSION, LoaderState
+from fm_loader.state import PLAN_VERSION, STATE_FORMAT_VERSION, LoaderState
 
 Sample = dict[str, Any]
+DEFAULT_SHUFFLE_WINDOW = 1 << 16  # samples: spans several 64 MB shards at seq_len 2048
+_POSITIONS_PER_STEP = 1 << 14  # global positions scheduled at a time
 
 
-class ShardSetDataset(torch.utils.data.IterableDataset[Sample]):
-    """One rank's deterministic stream of training samples from one shard set.
+class FmDataset(torch.utils.data.IterableDataset[Sample]):
+    """One rank's deterministic share of the global sample stream of a mixture of shard sets.
 
     Iterating yields the rest of the current epoch for this rank, from the position set by
-    `set_epoch` (0) or `load_state_dict`. Each call to `__iter__` replays from that position, in
-    the parent process and in DataLoader workers alike; the order is a pure function of
-    (seed, epoch, rank, world_size, worker).
+    `set_epoch` or `load_state_dict`. Each `__iter__` replays from that position, in the parent
+    process and in DataLoader workers alike; the stream is a pure function of the sources, the
+    mixture, seed, epoch and shuffle window, and placement a pure function of (rank, world_size,
+    worker, batch_size). See docs/loader.md.
     """
 
     def __init__(
         self,
-        resolved: ResolvedShardSet,
+        resolved: Sequence[ResolvedShardSet],
+        spec: MixtureSpec,
         *,
         rank: int,
         world_size: int,
-        seed: int,
-        epoch: int,
+        seed: int = 0,
+        epoch: int = 0,
+        shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
+        batch_size: int = 1,
     ) -> None:
         super().__init__()
-        if seed < 0 or epoch < 0:
-            raise ValueError(f"seed and epoch must be non-negative, got seed={seed}, epoch={epoch}")
-        self.source = resolved.source
-        self.manifest_sha256 = resolved.manifest_sha256
+        if seed < 0 or epoch < 0 or shuffle_window < 1 or batch_size < 1:
+            raise ValueError(
+                "seed and epoch must be non-negative and shuffle_window and batch_size positive, "
+                f"got seed={seed}, epoch={epoch}, shuffle_window={shuffle_window}, "
+                f"batch_size={batch_size}"
+            )
+        _check_same_layout(resolved)
+        self.spec = spec
         self.rank, self.world_size, self.seed = rank, world_size, seed
-        self.epoch = epoch
-        self._shards = ShardSet(
-            resolved.directory, resolved.manifest, cached_from=resolved.cached_from
-        )
-        self._start = 0  # position in this rank's block where iteration (re)starts
-        self._yielded = 0  # samples yielded since that position, in this process
+        self.shuffle_window, self.batch_size = shuffle_window, batch_size
+        self.content_hashes = tuple(r.manifest_sha256 for r in resolved)
+        self._shards = [ShardSet(r.directory, r.manifest, remote=r.remote) for r in resolved]
+        sizes = [len(s) for s in self._shards]
+        self._weights = spec.integer_weights(sizes)
+        self.epoch_length = spec.epoch_length(sizes)
+        self.set_epoch(epoch)
 
     @property
     def manifest(self) -> ShardSetManifest:
-        return self._shards.manifest
+        """The first source's manifest (all sources share seq_len, tokenizer and schema)."""
+        return self._shards[0].manifest
+
+    @property
+    def manifests(self) -> list[ShardSetManifest]:
+        return [s.manifest for s in self._shards]
 
     def __len__(self) -> int:
-        """Samples this rank serves per epoch (ranks differ by at most one)."""
-        start, stop = rank_span(len(self._shards), self.rank, self.world_size)
-        return stop - start
+        """Samples this rank serves from the current position to the end of the epoch."""
+        return len(rank_positions(self._start, self.epoch_length, self.rank, self.world_size))
 
     def set_epoch(self, epoch: int) -> None:
-        """Start epoch `epoch` from its beginning (a new permutation of all samples)."""
+        """Start epoch `epoch` from its beginning (new shard and window permutations)."""
         if epoch < 0:
             raise ValueError(f"epoch must be non-negative, got {epoch}")
-        self.epoch, self._start, self._yielded = epoch, 0, 0
+        self.epoch = epoch
+        self._restart(0, [0] * len(self._shards))
 
-    def __iter__(self) -> Iterator[Sample]:
+    def _restart(self, position: int, counts: Sequence[int]) -> None:
+        self._start, self._start_counts = position, list(counts)
         self._yielded = 0
-        order = epoch_order(len(self._shards), self.seed, self.epoch)
-        start, stop = rank_span(len(self._shards), self.rank, self.world_size)
+        self._state_cursor = ScheduleCursor(self._weights, position, counts)
+
+    # -- iteration ------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Sample]:
         info = torch.utils.data.get_worker_info()
-        worker_id, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
-        seq_len = self.manifest.seq_len
-        for position in worker_positions(start + self._start, stop, worker_id, num_workers):
-            index = int(order[position])
-            raw = self._shards.raw_sample(index)
-            try:
-                sample = build_sample(raw, seq_len, index)
-            except ValueError as exc:
-                raise ValueError(f"{self._shards.where(index)}: {exc}") from exc
-            self._yielded += 1
-            yield sample
+        worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
+        return self.worker_stream(worker, num_workers)
 
-    def state_dict(self) -> dict[str, Any]:
-        """{format version, source, manifest hash, seed, epoch, placement, samples consumed}.
+    def worker_stream(self, worker: int, num_workers: int) -> Iterator[Sample]:
+        """The samples DataLoader worker `worker` of `num_workers` serves (what `__iter__` uses)."""
+        self._yielded = 0
+        for sources, ids in self._assigned(worker, num_workers):
+            for s, i in zip(sources.tolist(), ids.tolist(), strict=True):
+                sample = self._sample(s, i)
+                self._yielded += 1  # before the yield: the consumer holds it once next() returns
+                yield sample
 
-        `samples_consumed` counts the samples this object yielded. DataLoader workers iterate
-        copies, so with num_workers > 0 the parent's count does not move: pass the trainer's own
-        count (steps x batch size, at a step count divisible by num_workers) to `load_state_dict`
-        instead. Worker-aware, elastic resume is the full loader contract's job.
+    def iter_batches(self, batch_size: int | None = None) -> Iterator[list[Sample]]:
+        """This rank's (and DataLoader worker's) samples grouped into whole batches in order."""
+        size = batch_size or self.batch_size
+        batch: list[Sample] = []
+        for sample in self:
+            batch.append(sample)
+            if len(batch) == size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    def _assigned(
+        self, worker: int, num_workers: int
+    ) -> Iterator[tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]]:
+        """(source, sample id) arrays, chunk by chunk, of what this rank and worker serve."""
+        orders = [
+            SourceOrder(
+                [s.samples for s in shards.manifest.shards],
+                seed=self.seed,
+                epoch=self.epoch,
+                source=n,
+                window=self.shuffle_window,
+            )
+            for n, shards in enumerate(self._shards)
+        ]
+        cursor = ScheduleCursor(self._weights, self._start, self._start_counts)
+        position = self._start
+        while position < self.epoch_length:
+            n = min(_POSITIONS_PER_STEP, self.epoch_length - position)
+            sources, running = cursor.take(n)
+            # This rank's positions in [position, position + n): t = start + rank + k * W.
+            first = (self.rank - (position - self._start)) % self.world_size
+            offsets = np.arange(first, n, self.world_size)
+            k = (position + offsets - self._start - self.rank) // self.world_size
+            offsets = offsets[worker_serves(k, self.batch_size, worker, num_workers)]
+            position += n
+            if offsets.size == 0:
+                continue
+            chosen = sources[offsets].astype(np.intp)
+            ids = np.empty(offsets.size, dtype=np.int64)
+            for s, order in enumerate(orders):
+                mine = chosen == s
+                if mine.any():
+                    ids[mine] = order.sample_ids(running[offsets][mine])
+            yield chosen, ids
+
+    def _sample(self, source: int, index: int) -> Sample:
+        shards = self._shards[source]
+        raw = shards.raw_sample(index)
+        try:
+            sample = build_sample(raw, shards.manifest.seq_len, index)
+        except ValueError as exc:
+            raise ValueError(f"{shards.where(index)}: {exc}") from exc
+        sample["source"] = source
+        return sample
+
+    def take_fetch_latencies(self) -> list[float]:
+        """Shard map+verify(+refetch) times recorded in this process since the last call."""
+        out: list[float] = []
+        for shards in self._shards:
+            out.extend(shards.fetch_latencies)
+            shards.fetch_latencies.clear()
+        return out
+
+    # -- checkpointing --------------------------------------------------------------------
+    def state_dict(self, consumed_samples: int | None = None) -> dict[str, Any]:
+        """The global stream position as a plain dict (see `fm_loader.state.LoaderState`).
+
+        `consumed_samples`: samples this rank's trainer consumed since the last `set_epoch` /
+        `load_state_dict`. Leave it out when iterating this object directly (it counts what it
+        yielded); pass it when DataLoader workers iterate copies (or use `make_loader`, which
+        counts for you). Ranks advance in lockstep, so the position is start + consumed * W.
         """
-        return LoaderState(
-            format_version=STATE_FORMAT_VERSION,
-            source=self.source,
-            manifest_sha256=self.manifest_sha256,
-            seed=self.seed,
-            epoch=self.epoch,
-            rank=self.rank,
-            world_size=self.world_size,
-            samples_consumed=self._start + self._yielded,
-        ).to_dict()
+        consumed = self._yielded if consumed_samples is None else consumed_samples
+        if not 0 <= consumed <= len(self):
+            raise ValueError(
+                f"consumed_samples={consumed} is outside this rank's 0..{len(self)} samples "
+                "left in the epoch since the last restart"
+            )
+        position = min(self.epoch_length, self._start + consumed * self.world_size)
+        cursor = self._state_cursor
+        if cursor.position > position:  # asked for an earlier point: walk again from the start
+            cursor = self._state_cursor = ScheduleCursor(
+                self._weights, self._start, self._start_counts
+            )
+        cursor.take(position - cursor.position)
+        return self._state(position, cursor.counts).to_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at a checkpointed position; refuse a state taken against anything else."""
+        """Resume at a checkpointed global position, with any world size and worker count.
+
+        Refuses a state taken against another stream: different sources or content, mixture,
+        tokenizer, schema, seq_len, seed, shuffle window or plan version.
+        """
         theirs = LoaderState.from_dict(state)
-        ours = LoaderState.from_dict(self.state_dict())
-        problems = ours.mismatches(theirs)
+        problems = self._state(0, [0] * len(self._shards)).mismatches(theirs)
         if problems:
             raise ValueError(
                 "loader state does not match this dataset: "
                 + "; ".join(problems)
-                + ". Resume with the same shard set, seed and placement as the checkpoint "
-                "(elastic resharding comes with the full loader contract)"
+                + ". Resume with the same sources, mixture, seed and shuffle_window as the "
+                "checkpoint, or start a fresh epoch with set_epoch()"
             )
-        if theirs.samples_consumed > len(self):
+        if theirs.position > self.epoch_length:
             raise ValueError(
-                f"loader state has consumed {theirs.samples_consumed} samples, more than this "
-                f"rank's {len(self)} per epoch"
+                f"loader state is at position {theirs.position}, past this epoch's "
+                f"{self.epoch_length} samples"
             )
-        self.epoch, self._start, self._yielded = theirs.epoch, theirs.samples_consumed, 0
+        self.epoch = theirs.epoch
+        self._restart(theirs.position, theirs.source_counts)
+
+    def _state(self, position: int, counts: Sequence[int]) -> LoaderState:
+        manifest = self.manifest
+        return LoaderState(
+            format_version=STATE_FORMAT_VERSION,
+            plan_version=PLAN_VERSION,
+            sources=self.spec.keys,
+            content_hashes=self.content_hashes,
+            mixture_mode=self.spec.mode,
+            mixture_weights=self.spec.weights,
+            tokenizer_hash=manifest.tokenizer_hash,
+            schema_fingerprint=manifest.schema_fingerprint,
+            seq_len=manifest.seq_len,
+            seed=self.seed,
+            shuffle_window=self.shuffle_window,
+            epoch=self.epoch,
+            position=position,
+            source_counts=tuple(counts),
+        )
+
+
+# The first cut's name, kept for callers that imported it.
+ShardSetDataset = FmDataset
+
+
+def _check_same_layout(resolved: Sequence[ResolvedShardSet]) -> None:
+    """Mixed sources must share tokenizer, seq_len and schema: samples are stacked together."""
+    first = resolved[0].manifest
+    for other in resolved[1:]:
+        m = other.manifest
+        for name in ("tokenizer_hash", "seq_len", "schema_fingerprint", "pad_token_id"):
+            if getattr(m, name) != getattr(first, name):
+                raise ValueError(
+                    f"mixture sources {resolved[0].source!r} and {other.source!r} differ in "
+                    f"{name} ({getattr(first, name)!r} vs {getattr(m, name)!r}); mix shard "
+                    "sets built with the same tokenizer and seq_len (pass seq_len= and "
+                    "tokenizer= to pick them)"
+                )
 
 
 def make_dataset(
-    source: str,
+    source: MixtureArg,
     *,
     rank: int | None = None,
     world_size: int | None = None,
@@ -135,37 +269,55 @@ def make_dataset(
     epoch: int = 0,
     seq_len: int | None = None,
     tokenizer: str | None = None,
+    shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
+    batch_size: int = 1,
     expected_tokenizer_hash: str | None = None,
     expected_schema_fingerprint: str | None = None,
     settings: Settings | None = None,
     cache_dir: str | Path | None = None,
-) -> ShardSetDataset:
-    """Open a shard set for training and check it before the first step.
+) -> FmDataset:
+    """Open a shard set, or a mixture of them, for training and check it before the first step.
 
-    `source` is a dataset version key ("web@v1", resolved through the `shard_sets` catalog
-    table) or a shard-set directory / file:// URI. `seq_len` and `tokenizer` (a tokenizer.json
-    path) choose among a version's shard sets and must match the one served. A version published
-    on S3 (reached at `settings.s3_endpoint`, credentials from the standard AWS variables) is
-    downloaded once per node into `cache_dir` (default `~/.cache/fm_loader`), in a directory
-    named by its manifest's sha256, and read from there.
+    `source`: a dataset version key ("web@v1", resolved through the `shard_sets` catalog table),
+    a shard-set directory / file:// / s3:// URI, or a mixture mapping such keys to weights
+    ({"web@v3": 0.7, "code@v1": 0.3}) or to `Epochs(k)`. `seq_len` and `tokenizer` (a
+    tokenizer.json path) choose among a version's shard sets and must match the one served.
+    `rank`/`world_size` default to torch.distributed, then RANK/WORLD_SIZE. With DataLoader
+    workers pass the DataLoader's `batch_size` here (or use `make_loader`): workers then take
+    whole batches in turn and the trainer receives the rank's stream in order.
 
-    Raises ValueError, saying what to do, on an unknown or ambiguous version, a tokenizer or
-    schema mismatch, an unknown manifest format, or a remote set that fails its checksums.
+    Remote sets are downloaded once per node into `cache_dir` (default `~/.cache/fm_loader`), in
+    a directory named by their manifest's sha256. Raises ValueError, saying what to do, on an
+    unknown or ambiguous version, a tokenizer or schema mismatch, an unknown manifest format, a
+    remote set that fails its checksums, or sources that cannot be mixed.
     """
+    spec = MixtureSpec.parse(source)
     rank, world_size = resolve_world(rank, world_size)
     tokenizer_hash = tokenizer_file_hash(tokenizer) if tokenizer is not None else None
-    resolved = resolve_shard_set(
-        source,
-        seq_len=seq_len,
-        tokenizer_hash=tokenizer_hash or expected_tokenizer_hash,
-        settings=settings,
-        cache_dir=Path(cache_dir) if cache_dir is not None else None,
+    resolved = []
+    for key in spec.keys:
+        one = resolve_shard_set(
+            key,
+            seq_len=seq_len,
+            tokenizer_hash=tokenizer_hash or expected_tokenizer_hash,
+            settings=settings,
+            cache_dir=Path(cache_dir) if cache_dir is not None else None,
+        )
+        check_compatible(
+            one.manifest,
+            seq_len=seq_len,
+            tokenizer_hash=tokenizer_hash,
+            expected_tokenizer_hash=expected_tokenizer_hash,
+            expected_schema_fingerprint=expected_schema_fingerprint,
+        )
+        resolved.append(one)
+    return FmDataset(
+        resolved,
+        spec,
+        rank=rank,
+        world_size=world_size,
+        seed=seed,
+        epoch=epoch,
+        shuffle_window=shuffle_window,
+        batch_size=batch_size,
     )
-    check_compatible(
-        resolved.manifest,
-        seq_len=seq_len,
-        tokenizer_hash=tokenizer_hash,
-        expected_tokenizer_hash=expected_tokenizer_hash,
-        expected_schema_fingerprint=expected_schema_fingerprint,
-    )
-    return ShardSetDataset(resolved, rank=rank, world_size=world_size, seed=seed, epoch=epoch)

@@ -1,42 +1,108 @@
-"""Sample order and placement: pure functions of (seed, epoch, rank, world size, worker).
+"""Sample order and placement: pure functions of (seed, epoch, source, pass, rank, world, worker).
 
-Order: one permutation of all sample indices per (seed, epoch).
-Placement: rank r takes a contiguous block of that permutation; a DataLoader worker w of W takes
-every W-th position of its rank's block, starting at w.
-Remainder rule: no sample is dropped. The first `num_samples % world_size` ranks get one extra
-sample, so per-epoch sample counts across ranks differ by at most one.
+Order inside one source, per pass over it (one pass = every sample once):
+  1. the source's shards are permuted by (seed, epoch, source, pass);
+  2. their samples, concatenated in that order, are cut into windows of `shuffle_window`
+     samples and each window is permuted by (seed, epoch, source, pass, window).
+A reader therefore only ever needs the few shards under one window, and finding the sample at
+any running index costs O(shards + window), never O(samples).
+
+Placement of the global stream (see `fm_loader.mixture` for which source each position is):
+resuming at global position G0 with world size W, rank r serves positions G0 + r + k*W for
+k = 0, 1, ...; a DataLoader worker w of n serves the rank's k-th sample when
+(k // chunk) % n == w, chunk being the batch size, so a DataLoader that takes whole batches from
+workers in turn hands the trainer the rank's samples in stream order.
 """
 
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
+IntArray = npt.NDArray[np.int64]
+_BLOCK_CACHE = 4  # window permutations kept per source: a chunk of positions spans one or two
 
-def epoch_order(num_samples: int, seed: int, epoch: int) -> npt.NDArray[np.intp]:
-    """A permutation of range(num_samples) fixed by (seed, epoch), identical on every platform.
+
+def permutation(n: int, *key: int) -> IntArray:
+    """A permutation of range(n) fixed by `key`, identical on every platform and numpy version.
 
     NumPy promises a stable stream only for raw bit generators, not for `permutation` (NEP 19),
-    so we argsort raw PCG64 draws: the order survives numpy upgrades across a long training run.
+    so we argsort raw PCG64 draws.
     """
-    if seed < 0 or epoch < 0:
-        raise ValueError(f"seed and epoch must be non-negative, got seed={seed}, epoch={epoch}")
-    keys = np.random.PCG64(np.random.SeedSequence([seed, epoch])).random_raw(num_samples)
-    return np.argsort(keys, kind="stable")
+    if any(k < 0 for k in key):
+        raise ValueError(f"permutation keys must be non-negative, got {key}")
+    draws = np.random.PCG64(np.random.SeedSequence(list(key))).random_raw(n)
+    return np.argsort(draws, kind="stable").astype(np.int64)
 
 
-def rank_span(num_samples: int, rank: int, world_size: int) -> tuple[int, int]:
-    """[start, stop) of rank `rank`'s contiguous block of the epoch order (remainder rule above)."""
-    base, extra = divmod(num_samples, world_size)
-    start = rank * base + min(rank, extra)
-    return start, start + base + (1 if rank < extra else 0)
+class SourceOrder:
+    """Maps a source's running sample index (0, 1, ... across passes) to its sample id."""
+
+    def __init__(
+        self, shard_sizes: Sequence[int], *, seed: int, epoch: int, source: int, window: int
+    ) -> None:
+        if window < 1:
+            raise ValueError(f"shuffle_window must be at least 1, got {window}")
+        self.shard_sizes = np.asarray(shard_sizes, dtype=np.int64)
+        self.shard_starts = np.concatenate([[0], np.cumsum(self.shard_sizes)[:-1]])
+        self.num_samples = int(self.shard_sizes.sum())
+        self.key = (seed, epoch, source)
+        self.window = window
+        self._passes: OrderedDict[int, tuple[IntArray, IntArray]] = OrderedDict()
+        self._windows: OrderedDict[tuple[int, int], IntArray] = OrderedDict()
+
+    def sample_ids(self, running: IntArray) -> IntArray:
+        """Sample ids (global within the source) of running indices `running`."""
+        passes, offsets = np.divmod(np.asarray(running, dtype=np.int64), self.num_samples)
+        windows, inside = np.divmod(offsets, self.window)
+        out = np.empty_like(offsets)
+        keys = passes * (self.num_samples // self.window + 1) + windows
+        for key in np.unique(keys):
+            where = keys == key
+            p, w = int(passes[where][0]), int(windows[where][0])
+            concatenated = w * self.window + self._window_perm(p, w)[inside[where]]
+            out[where] = self._unconcatenate(p, concatenated)
+        return out
+
+    def _window_perm(self, pass_: int, window: int) -> IntArray:
+        cached = self._windows.get((pass_, window))
+        if cached is None:
+            size = min(self.window, self.num_samples - window * self.window)
+            cached = permutation(size, *self.key, pass_, window)
+            self._windows[(pass_, window)] = cached
+            if len(self._windows) > _BLOCK_CACHE:
+                self._windows.popitem(last=False)
+        return cached
+
+    def _unconcatenate(self, pass_: int, concatenated: IntArray) -> IntArray:
+        """Positions in the pass's shard-permuted concatenation -> sample ids."""
+        order = self._passes.get(pass_)
+        if order is None:
+            shard_order = permutation(len(self.shard_sizes), *self.key, pass_, 1 << 62)
+            ends = np.cumsum(self.shard_sizes[shard_order])
+            order = (shard_order, ends)
+            self._passes[pass_] = order
+            if len(self._passes) > _BLOCK_CACHE:
+                self._passes.popitem(last=False)
+        shard_order, ends = order
+        slot = np.searchsorted(ends, concatenated, side="right")
+        shard = shard_order[slot]
+        within = concatenated - (ends[slot] - self.shard_sizes[shard])
+        return np.asarray(self.shard_starts[shard] + within, dtype=np.int64)
 
 
-def worker_positions(start: int, stop: int, worker_id: int, num_workers: int) -> range:
-    """The positions of a rank's block that DataLoader worker `worker_id` serves (strided)."""
-    return range(start + worker_id, stop, num_workers)
+def rank_positions(start: int, stop: int, rank: int, world_size: int) -> range:
+    """Global positions in [start, stop) that rank `rank` serves after a (re)start at `start`."""
+    return range(start + rank, stop, world_size)
+
+
+def worker_serves(k: IntArray, chunk: int, worker: int, num_workers: int) -> npt.NDArray[np.bool_]:
+    """Which of a rank's sample numbers `k` (0-based since the restart) worker `worker` serves."""
+    return np.asarray((k // chunk) % num_workers == worker)
 
 
 def resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:

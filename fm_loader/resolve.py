@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fm_assets.settings import Settings, load_settings
-from fm_loader.cache import cached_shard_set, is_remote
+from fm_loader.cache import RemoteShards, cached_shard_set, is_remote, remote_manifest_sha256
 from fm_loader.manifest import (
     ShardSetManifest,
     local_directory,
@@ -35,7 +35,7 @@ class ResolvedShardSet:
     directory: Path  # local: the set itself, or its cache entry when it is published remotely
     manifest: ShardSetManifest
     manifest_sha256: str
-    cached_from: str | None = None  # the remote URI `directory` is a cached copy of
+    remote: RemoteShards | None = None  # where `directory` was downloaded from, if cached
 
 
 def tokenizer_file_hash(path: str | Path) -> str:
@@ -56,18 +56,18 @@ def resolve_shard_set(
     A version whose set is published on S3 is downloaded once into `cache_dir` (default
     `~/.cache/fm_loader`), reaching the store at `settings.s3_endpoint`.
     """
-    cached_from = None
+    remote = None
     if VERSION_KEY.fullmatch(source):
         settings = settings or load_settings()
         row = _select_row(source, _catalog_rows(source, settings), seq_len, tokenizer_hash)
         if is_remote(row["uri"]):
-            cached_from = row["uri"]
             directory = cached_shard_set(
                 row["uri"],
                 row["manifest_sha256"],
                 cache_dir=cache_dir,
                 s3_endpoint=settings.s3_endpoint,
             )
+            remote = RemoteShards(row["uri"], directory, settings.s3_endpoint)
         else:
             directory = local_directory(row["uri"])
         data = read_manifest_bytes(directory)
@@ -86,13 +86,16 @@ def resolve_shard_set(
             )
     else:
         if is_remote(source):
-            # A bare location pins no manifest hash: nothing would tell a changed set apart.
-            raise NotImplementedError(
-                f"shard set {source} is remote; by location this loader reads local shard sets "
-                "only. Name its dataset version instead (e.g. make_dataset('web@v1')): the "
-                "loader then downloads it into its cache, checked against the catalog"
+            # Named by location, the set is pinned by the manifest published now; the cache
+            # entry is keyed by that hash, so a later rebuild can never be mixed with this copy.
+            settings = settings or load_settings()
+            digest = remote_manifest_sha256(source, settings.s3_endpoint)
+            directory = cached_shard_set(
+                source, digest, cache_dir=cache_dir, s3_endpoint=settings.s3_endpoint
             )
-        directory = local_directory(source)
+            remote = RemoteShards(source, directory, settings.s3_endpoint)
+        else:
+            directory = local_directory(source)
         data = read_manifest_bytes(directory)
         manifest = ShardSetManifest.from_json(data.decode("utf-8"))
     return ResolvedShardSet(
@@ -100,7 +103,7 @@ def resolve_shard_set(
         directory=directory,
         manifest=manifest,
         manifest_sha256=hashlib.sha256(data).hexdigest(),
-        cached_from=cached_from,
+        remote=remote,
     )
 
 

@@ -62,4 +62,5 @@ def build_sample(raw: dict[str, Any], seq_len: int, sample_index: int) -> dict[s
         "cu_seqlens": torch.tensor(boundaries, dtype=torch.int32),
         "doc_ids": doc_ids,
         "sample_index": sample_index,
+        "num_tokens": num_real,
     }

@@ -12,12 +12,16 @@ from __future__ import annotations
 import hashlib
 import json
 import mmap
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fm_loader.manifest import INDEX_NAME, ShardSetManifest, mds_columns
+
+if TYPE_CHECKING:
+    from fm_loader.cache import RemoteShards
 
 REBUILD_HINT = "rebuild it with `fm shards build {version} --tokenizer PATH --seq-len {seq_len}`"
 
@@ -26,9 +30,10 @@ class ShardSet:
     """The shards of one shard set: index.json checked against the manifest at construction."""
 
     def __init__(
-        self, directory: Path, manifest: ShardSetManifest, *, cached_from: str | None = None
+        self, directory: Path, manifest: ShardSetManifest, *, remote: RemoteShards | None = None
     ) -> None:
-        """`cached_from`: the remote URI when `directory` is a cache entry (for error messages)."""
+        """`remote`: where `directory` was downloaded from when it is a cache entry; a shard
+        that fails its checksum is then fetched again once before the loader gives up."""
         from streaming.base.format import reader_from_json  # 10-16 s import, paid once per process
 
         self.directory = directory
@@ -38,9 +43,9 @@ class ShardSet:
         )
         # A damaged cached copy is fixed by downloading it again, not by rebuilding the set.
         self.corrupt_hint = (
-            f"{directory} is a cached copy of {cached_from}: delete it and the next "
+            f"{directory} is a cached copy of {remote.uri}: delete it and the next "
             "make_dataset downloads it again"
-            if cached_from
+            if remote is not None
             else self.rebuild_hint
         )
         index = self._read_index()
@@ -48,6 +53,8 @@ class ShardSet:
         self._readers = [reader_from_json(str(directory), None, s) for s in index["shards"]]
         self._bounds = np.cumsum([0] + [s.samples for s in manifest.shards])
         self._maps: dict[int, mmap.mmap] = {}
+        self.remote = remote
+        self.fetch_latencies: list[float] = []  # seconds to map + verify (+ refetch) each shard
 
     def __len__(self) -> int:
         return self.manifest.num_samples
@@ -94,28 +101,45 @@ class ShardSet:
                 )
 
     def _open(self, shard: int) -> mmap.mmap:
-        """Map a shard, verifying its sha256 against the manifest the first time it is used."""
+        """Map a shard, verifying its sha256 against the manifest the first time it is used.
+
+        A cached copy that fails is fetched again once; a local set's shard raises at once.
+        """
         mapped = self._maps.get(shard)
         if mapped is not None:
             return mapped
+        started = time.perf_counter()
+        info = self.manifest.shards[shard]
+        problem = None
+        for attempt in range(2 if self.remote is not None else 1):
+            if attempt:
+                self.remote.refetch(info)  # type: ignore[union-attr]
+            mapped, problem = self._map_verified(shard)
+            if mapped is not None:
+                self._maps[shard] = mapped
+                self.fetch_latencies.append(time.perf_counter() - started)
+                return mapped
+        raise ValueError(f"{problem}; {self.corrupt_hint}")
+
+    def _map_verified(self, shard: int) -> tuple[mmap.mmap | None, str]:
         info = self.manifest.shards[shard]
         path = self.directory / info.name
         try:
             with open(path, "rb") as f:
                 mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot open shard {path}: {exc}; {self.corrupt_hint}") from exc
+            return None, f"cannot open shard {path}: {exc}"
         # Hash the mapped bytes themselves: what we verify is exactly what we serve.
         digest = hashlib.sha256(mapped).hexdigest()
         if digest != info.sha256 or len(mapped) != info.bytes:
+            size = len(mapped)
             mapped.close()
-            raise ValueError(
+            return None, (
                 f"shard {info.name} of {self.manifest.shard_set_key} failed its checksum: "
                 f"expected sha256 {info.sha256} ({info.bytes} bytes), got {digest} "
-                f"({path.stat().st_size} bytes); the file is corrupt, {self.corrupt_hint}"
+                f"({size} bytes); the file is corrupt"
             )
-        self._maps[shard] = mapped
-        return mapped
+        return mapped, ""
 
     def locate(self, index: int) -> tuple[int, int]:
         """(shard number, sample number inside the shard) of a global sample index."""

@@ -1,32 +1,56 @@
-"""The loader's checkpoint state: a frozen, versioned record that pins what it was taken against."""
+"""The loader's checkpoint state: a frozen, versioned record of the global stream position.
+
+Ranks advance in lockstep, so the state of any one rank describes all of them: the global
+position (samples consumed by the whole job this epoch) and each source's count at that position.
+It holds no rank, world size or worker count: a job of any shape can load it (elastic resume).
+Everything that fixes the stream itself is pinned and must match the loader exactly.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-STATE_FORMAT_VERSION = 1
+STATE_FORMAT_VERSION = 2
+PLAN_VERSION = "quota-window-v1"  # bump when the order or placement algorithm changes
 
-# Values a resumed loader must share with the one that took the state. epoch and
-# samples_consumed are what the state restores.
-PINNED = ("source", "manifest_sha256", "seed", "rank", "world_size")
+# What fixes the stream: a loader restores a state only if all of these are equal.
+PINNED = (
+    "plan_version",
+    "sources",
+    "content_hashes",
+    "mixture_mode",
+    "mixture_weights",
+    "tokenizer_hash",
+    "schema_fingerprint",
+    "seq_len",
+    "seed",
+    "shuffle_window",
+)
 
 
 @dataclass(frozen=True)
 class LoaderState:
-    """Where one rank stands in the sample stream of one shard set."""
+    """Where the job stands in the sample stream of one mixture of shard sets."""
 
     format_version: int
-    source: str
-    manifest_sha256: str  # sha256 of fm_manifest.json: the shard set's content, pinned
+    plan_version: str
+    sources: tuple[str, ...]  # source keys, in mixture order
+    content_hashes: tuple[str, ...]  # per source: sha256 of its fm_manifest.json
+    mixture_mode: str  # "weights" | "epochs"
+    mixture_weights: tuple[str, ...]  # exact fractions or epoch counts, in `sources` order
+    tokenizer_hash: str
+    schema_fingerprint: str
+    seq_len: int
     seed: int
+    shuffle_window: int
     epoch: int
-    rank: int
-    world_size: int
-    samples_consumed: int  # of this rank's block of the epoch order
+    position: int  # global samples consumed this epoch, by all ranks together
+    source_counts: tuple[int, ...]  # samples of each source among those `position`
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain JSON-able dict (tuples become lists) for torch.save / json checkpoints."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @classmethod
     def from_dict(cls, state: dict[str, Any]) -> LoaderState:
@@ -42,16 +66,31 @@ class LoaderState:
             raise ValueError(
                 f"loader state fields {sorted(state)} do not match format {sorted(expected)}"
             )
-        for name in expected - {"source", "manifest_sha256"}:
-            value = state[name]
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"loader state field {name!r} must be a non-negative int")
-        return cls(**state)
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = state[f.name]
+            if f.type == "int":
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    raise ValueError(f"loader state field {f.name!r} must be a non-negative int")
+            elif f.type == "str":
+                if not isinstance(value, str):
+                    raise ValueError(f"loader state field {f.name!r} must be a string")
+            else:
+                if not isinstance(value, list | tuple):
+                    raise ValueError(f"loader state field {f.name!r} must be a list")
+                value = tuple(value)
+            values[f.name] = value
+        return cls(**values)
 
     def mismatches(self, other: LoaderState) -> list[str]:
         """Human-readable differences in the pinned values between two states."""
         return [
-            f"{name}: checkpoint has {getattr(other, name)!r}, this loader {getattr(self, name)!r}"
+            f"{name}: checkpoint has {_show(getattr(other, name))}, "
+            f"this loader {_show(getattr(self, name))}"
             for name in PINNED
             if getattr(self, name) != getattr(other, name)
         ]
+
+
+def _show(value: Any) -> str:
+    return repr(list(value)) if isinstance(value, tuple) else repr(value)

@@ -1,4 +1,7 @@
-"""fm_loader first cut: exact samples, boundaries, placement, refusals, catalog, resume."""
+"""fm_loader basics: exact samples, boundaries, placement, refusals, catalog, simple resume.
+
+The contract's guarantees under random schedules are in test_loader_contract.py.
+"""
 
 from __future__ import annotations
 
@@ -12,82 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pytest
 import torch
+from loader_sets import PAD, TOKENIZER, WARC, Built, build, build_from_warc, sha, synthetic_docs
 
-from fm_assets.packing import PackedSequence, pack_documents
 from fm_assets.settings import Settings, load_settings
-from fm_assets.shard_writer import ShardSetHeader, manifest_sha256, sequence_tokens
-from fm_assets.shard_writer import write_shard_set as _write
-from fm_loader import IGNORE_INDEX, ShardSetDataset, collate, make_dataset, read_manifest
+from fm_assets.shard_writer import manifest_sha256
+from fm_loader import IGNORE_INDEX, FmDataset, collate, make_dataset
 from fm_loader.manifest import MANIFEST_NAME
-
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-TOKENIZER = SHARED_DATA / "tokenizers" / "gpt-neox-20b.json"
-WARC = SHARED_DATA / "warc" / "wget-sample-0000.warc.gz"
-VOCAB, PAD = 1000, 0
-Docs = dict[str, npt.NDArray[Any]]
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-class Built:
-    """A shard set written for a test, plus what went into it."""
-
-    def __init__(self, directory: Path, docs: Docs, seqs: list[PackedSequence], pad: int) -> None:
-        self.directory, self.docs, self.seqs, self.pad = directory, docs, seqs, pad
-        self.manifest = read_manifest(directory)
-
-    def expected_ids(self, index: int) -> npt.NDArray[np.int64]:
-        seq = self.seqs[index]
-        out = np.full(self.manifest.seq_len, self.pad, dtype=np.int64)
-        out[: seq.num_tokens] = sequence_tokens(seq, self.docs)
-        return out
-
-
-def build(
-    directory: Path,
-    docs: Docs,
-    seq_len: int,
-    *,
-    version: str = "synth@v1",
-    tokenizer_hash: str = "a" * 64,
-    vocab: int = VOCAB,
-    pad: int = PAD,
-    shuffle_seed: int | None = 0,
-    size_limit_bytes: int = 64 << 20,
-) -> Built:
-    seqs = pack_documents(
-        [(d, len(t)) for d, t in docs.items()], seq_len, shuffle_seed=shuffle_seed
-    )
-    header = ShardSetHeader(
-        shard_set_key=f"{version}/{tokenizer_hash[:12]}-s{seq_len}",
-        source_version=version,
-        version_content_hash="c" * 64,
-        tokenizer_hash=tokenizer_hash,
-    )
-    _write(
-        [(s, sequence_tokens(s, docs)) for s in seqs],
-        str(directory),
-        seq_len=seq_len,
-        vocab_size=vocab,
-        pad_token_id=pad,
-        header=header,
-        size_limit_bytes=size_limit_bytes,
-    )
-    return Built(directory, docs, seqs, pad)
-
-
-def synthetic_docs(n: int, seed: int = 0, max_len: int = 200) -> Docs:
-    rng = np.random.default_rng(seed)
-    return {
-        sha(f"doc{seed}-{i}"): rng.integers(1, VOCAB, k).astype(np.int32)
-        for i, k in enumerate(rng.integers(1, max_len, n))
-    }
 
 
 @pytest.fixture(scope="module")
@@ -99,38 +35,10 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Built:
 
 @pytest.fixture(scope="module")
 def warc_set(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    import re
-
-    from tokenizers import Tokenizer
-    from warcio.archiveiterator import ArchiveIterator
-
-    texts: dict[str, str] = {}
-    with open(WARC, "rb") as f:
-        for record in ArchiveIterator(f):
-            if record.rec_type == "response":
-                raw = record.content_stream().read()
-                page = re.sub(
-                    r"(?is)<(script|style)\b.*?</\1>", " ", raw.decode("utf-8", "replace")
-                )
-                text = re.sub(r"\s+", " ", re.sub(r"(?s)<[^>]+>", " ", page)).strip()
-                if text:
-                    texts[hashlib.sha256(raw).hexdigest()] = text
-    tokenizer = Tokenizer.from_file(str(TOKENIZER))
-    encoded = tokenizer.encode_batch(list(texts.values()))
-    docs = {d: np.asarray(e.ids) for d, e in zip(texts, encoded, strict=True)}
-    directory = tmp_path_factory.mktemp("warc") / "set"
-    return build(
-        directory,
-        docs,
-        256,
-        version="web@v1",
-        tokenizer_hash=hashlib.sha256(TOKENIZER.read_bytes()).hexdigest(),
-        vocab=tokenizer.get_vocab_size(),
-        pad=tokenizer.token_to_id("<|padding|>"),
-    )
+    return build_from_warc(tmp_path_factory.mktemp("warc") / "set", WARC, 256, version="web@v1")
 
 
-def indices(dataset: ShardSetDataset) -> list[int]:
+def indices(dataset: FmDataset) -> list[int]:
     return [s["sample_index"] for s in dataset]
 
 
@@ -326,8 +234,8 @@ def test_refuses_schema_and_format_mismatches(synth: Built, tmp_path: Path) -> N
         make_dataset(str(directory))
     with pytest.raises(ValueError, match=r"fm_manifest\.json is missing"):
         make_dataset(str(tmp_path))
-    with pytest.raises(NotImplementedError, match="local shard sets only"):
-        make_dataset("s3://bucket/shards/set")
+    with pytest.raises(ValueError, match="not a complete shard set"):
+        make_dataset("s3://bucket/shards/set", settings=load_settings({"FM_HOME": str(tmp_path)}))
 
 
 def test_import_does_not_pull_orchestration_or_stages() -> None:
@@ -425,30 +333,33 @@ def test_state_dict_resumes_the_same_stream(synth: Built) -> None:
     stream = iter(first)
     head = [next(stream)["sample_index"] for _ in range(17)]
     state = first.state_dict()
-    assert state["samples_consumed"] == 17 and state["epoch"] == 2
-    assert state["manifest_sha256"] == manifest_sha256(synth.directory)
+    # Lockstep: 17 samples on each of 3 ranks is global position 51.
+    assert state["position"] == 51 and state["epoch"] == 2 and state["source_counts"] == [51]
+    assert state["content_hashes"] == [manifest_sha256(synth.directory)]
 
     resumed = make_dataset(str(synth.directory), rank=1, world_size=3, seed=4)
     resumed.load_state_dict(state)
     assert head + indices(resumed) == full
-    assert resumed.state_dict()["samples_consumed"] == len(resumed)
+    assert resumed.state_dict()["position"] == synth.manifest.num_samples
     resumed.set_epoch(3)
-    assert resumed.state_dict()["samples_consumed"] == 0
+    assert resumed.state_dict()["position"] == 0
 
 
 def test_load_state_dict_refuses_mismatches(synth: Built, warc_set: Built) -> None:
     state = make_dataset(str(synth.directory), seed=4).state_dict()
     with pytest.raises(ValueError, match="seed: checkpoint has 4, this loader 5"):
         make_dataset(str(synth.directory), seed=5).load_state_dict(state)
-    with pytest.raises(ValueError, match="world_size: checkpoint has 1, this loader 2"):
-        make_dataset(str(synth.directory), seed=4, rank=0, world_size=2).load_state_dict(state)
-    with pytest.raises(ValueError, match="manifest_sha256"):
+    with pytest.raises(ValueError, match="shuffle_window: checkpoint has 65536, this loader 8"):
+        make_dataset(str(synth.directory), seed=4, shuffle_window=8).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"content_hashes.*seq_len: checkpoint has 64"):
         make_dataset(str(warc_set.directory), seed=4).load_state_dict(
-            {**state, "source": str(warc_set.directory)}
+            {**state, "sources": [str(warc_set.directory)]}
         )
     with pytest.raises(ValueError, match="format_version 9"):
         make_dataset(str(synth.directory), seed=4).load_state_dict({**state, "format_version": 9})
-    with pytest.raises(ValueError, match="more than this rank"):
+    with pytest.raises(ValueError, match="past this epoch"):
         make_dataset(str(synth.directory), seed=4).load_state_dict(
-            {**state, "samples_consumed": 10**9}
+            {**state, "position": 10**9, "source_counts": [10**9]}
         )
+    # A world-size change is not a mismatch: the state is global (elastic resume).
+    make_dataset(str(synth.directory), seed=4, rank=1, world_size=2).load_state_dict(state)

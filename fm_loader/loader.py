@@ -1,0 +1,163 @@
+"""`make_loader`: batches from an `FmDataset` through torch DataLoader workers, counted and timed.
+
+    loader = make_loader(dataset, batch_size=8, num_workers=2)
+    for batch in loader: ...
+    checkpoint["data"] = loader.state_dict()     # exact, whatever num_workers is
+    loader.load_state_dict(checkpoint["data"])   # any world size, any worker count
+
+Each DataLoader worker builds whole batches (the dataset's placement gives worker w every
+n-th batch of the rank), and torch hands batches to the trainer round-robin, so the trainer sees
+the rank's stream in order. The loader counts the samples it handed over: that count is what
+`state_dict` reports. A background thread keeps up to `prefetch_batches` batches ready; the
+time the trainer waits on it is the data stall that `metrics` reports.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch.utils.data
+
+from fm_loader.collate import collate
+from fm_loader.dataset import FmDataset
+from fm_loader.metrics import LoaderMetrics
+
+Batch = dict[str, Any]
+_DONE = object()
+
+
+class _Batches(torch.utils.data.IterableDataset[Batch]):
+    """The dataset's batches, collated in the worker, with the worker's shard fetch times."""
+
+    def __init__(self, dataset: FmDataset) -> None:
+        super().__init__()
+        self.dataset = dataset
+
+    def __iter__(self) -> Iterator[Batch]:
+        for samples in self.dataset.iter_batches():
+            batch = collate(samples)
+            batch["shard_fetch_s"] = self.dataset.take_fetch_latencies()
+            yield batch
+
+
+class FmLoader:
+    """Iterable over collated batches of one rank; checkpointable with any number of workers."""
+
+    def __init__(
+        self,
+        dataset: FmDataset,
+        *,
+        batch_size: int,
+        num_workers: int = 0,
+        prefetch_batches: int = 4,
+        pin_memory: bool = False,
+        log_every_s: float = 60.0,
+    ) -> None:
+        if batch_size < 1 or num_workers < 0 or prefetch_batches < 1:
+            raise ValueError(
+                "batch_size and prefetch_batches must be positive and num_workers non-negative, "
+                f"got {batch_size}, {prefetch_batches}, {num_workers}"
+            )
+        dataset.batch_size = batch_size
+        self.dataset, self.batch_size = dataset, batch_size
+        self.prefetch_batches = prefetch_batches
+        self.metrics = LoaderMetrics(log_every_s=log_every_s)
+        self._consumed = 0
+        per_worker = max(1, prefetch_batches // max(1, num_workers))
+        self._torch = torch.utils.data.DataLoader(
+            _Batches(dataset),
+            batch_size=None,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            prefetch_factor=per_worker if num_workers else None,
+        )
+
+    def __len__(self) -> int:
+        """Batches left in the epoch for this rank."""
+        return -(-len(self.dataset) // self.batch_size)
+
+    def __iter__(self) -> Iterator[Batch]:
+        ready: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch_batches)
+        stop = threading.Event()
+        producer = threading.Thread(
+            target=_produce, args=(iter(self._torch), ready, stop), daemon=True
+        )
+        producer.start()
+        try:
+            while True:
+                depth = ready.qsize()
+                started = time.perf_counter()
+                item = ready.get()
+                self.metrics.record_wait(time.perf_counter() - started, depth)
+                if item is _DONE:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                fetches = item.pop("shard_fetch_s")
+                self.metrics.record_batch(
+                    len(item["sample_index"]), int(item["num_tokens"].sum()), fetches
+                )
+                self._consumed += len(item["sample_index"])
+                yield item
+        finally:
+            stop.set()
+            producer.join(timeout=30)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The dataset's state at exactly the samples this loader handed to the trainer."""
+        return self.dataset.state_dict(consumed_samples=self._consumed)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.dataset.load_state_dict(state)
+        self._consumed = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.dataset.set_epoch(epoch)
+        self._consumed = 0
+
+
+def _produce(batches: Iterator[Batch], ready: queue.Queue[Any], stop: threading.Event) -> None:
+    """Move batches from the DataLoader into `ready` until it ends, fails, or we are stopped."""
+    try:
+        for batch in batches:
+            while not stop.is_set():
+                try:
+                    ready.put(batch, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if stop.is_set():
+                return
+        item: Any = _DONE
+    except BaseException as exc:  # handed to the consumer, which raises it in its own thread
+        item = exc
+    while not stop.is_set():
+        try:
+            ready.put(item, timeout=0.1)
+            return
+        except queue.Full:
+            continue
+
+
+def make_loader(
+    dataset: FmDataset,
+    *,
+    batch_size: int,
+    num_workers: int = 0,
+    prefetch_batches: int = 4,
+    pin_memory: bool = False,
+    log_every_s: float = 60.0,
+) -> FmLoader:
+    """Batches of `dataset` for one trainer process; see `FmLoader`."""
+    return FmLoader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        prefetch_batches=prefetch_batches,
+        pin_memory=pin_memory,
+        log_every_s=log_every_s,
+    )

@@ -1,0 +1,126 @@
+"""Shard sets for loader tests: synthetic ones, and real ones tokenized from the shared WARCs."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from fm_assets.packing import PackedSequence, pack_documents
+from fm_assets.shard_writer import ShardSetHeader, sequence_tokens
+from fm_assets.shard_writer import write_shard_set as _write
+from fm_loader import read_manifest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+TOKENIZER = SHARED_DATA / "tokenizers" / "gpt-neox-20b.json"
+WARC = SHARED_DATA / "warc" / "wget-sample-0000.warc.gz"
+WARC_2 = SHARED_DATA / "warc" / "wget-sample-0001.warc.gz"
+VOCAB, PAD = 1000, 0
+Docs = dict[str, npt.NDArray[Any]]
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Built:
+    """A shard set written for a test, plus what went into it."""
+
+    def __init__(self, directory: Path, docs: Docs, seqs: list[PackedSequence], pad: int) -> None:
+        self.directory, self.docs, self.seqs, self.pad = directory, docs, seqs, pad
+        self.manifest = read_manifest(directory)
+
+    @property
+    def num_samples(self) -> int:
+        return self.manifest.num_samples
+
+    def expected_ids(self, index: int) -> npt.NDArray[np.int64]:
+        seq = self.seqs[index]
+        out = np.full(self.manifest.seq_len, self.pad, dtype=np.int64)
+        out[: seq.num_tokens] = sequence_tokens(seq, self.docs)
+        return out
+
+
+def build(
+    directory: Path,
+    docs: Docs,
+    seq_len: int,
+    *,
+    version: str = "synth@v1",
+    tokenizer_hash: str = "a" * 64,
+    vocab: int = VOCAB,
+    pad: int = PAD,
+    shuffle_seed: int | None = 0,
+    size_limit_bytes: int = 64 << 20,
+) -> Built:
+    seqs = pack_documents(
+        [(d, len(t)) for d, t in docs.items()], seq_len, shuffle_seed=shuffle_seed
+    )
+    header = ShardSetHeader(
+        shard_set_key=f"{version}/{tokenizer_hash[:12]}-s{seq_len}",
+        source_version=version,
+        version_content_hash=sha(version),
+        tokenizer_hash=tokenizer_hash,
+    )
+    _write(
+        [(s, sequence_tokens(s, docs)) for s in seqs],
+        str(directory),
+        seq_len=seq_len,
+        vocab_size=vocab,
+        pad_token_id=pad,
+        header=header,
+        size_limit_bytes=size_limit_bytes,
+    )
+    return Built(directory, docs, seqs, pad)
+
+
+def synthetic_docs(n: int, seed: int = 0, max_len: int = 200) -> Docs:
+    rng = np.random.default_rng(seed)
+    return {
+        sha(f"doc{seed}-{i}"): rng.integers(1, VOCAB, k).astype(np.int32)
+        for i, k in enumerate(rng.integers(1, max_len, n))
+    }
+
+
+def warc_texts(path: Path) -> dict[str, str]:
+    """Visible text of each HTML response in a WARC, keyed by the sha256 of the raw payload."""
+    from warcio.archiveiterator import ArchiveIterator
+
+    texts: dict[str, str] = {}
+    with open(path, "rb") as f:
+        for record in ArchiveIterator(f):
+            if record.rec_type == "response":
+                raw = record.content_stream().read()
+                page = re.sub(
+                    r"(?is)<(script|style)\b.*?</\1>", " ", raw.decode("utf-8", "replace")
+                )
+                text = re.sub(r"\s+", " ", re.sub(r"(?s)<[^>]+>", " ", page)).strip()
+                if text:
+                    texts[hashlib.sha256(raw).hexdigest()] = text
+    return texts
+
+
+def build_from_warc(
+    directory: Path, warc: Path, seq_len: int, *, version: str, size_limit_bytes: int = 64 << 20
+) -> Built:
+    """A real shard set: a shared WARC's pages tokenized with GPT-NeoX-20B, packed, written."""
+    from tokenizers import Tokenizer
+
+    texts = warc_texts(warc)
+    tokenizer = Tokenizer.from_file(str(TOKENIZER))
+    encoded = tokenizer.encode_batch(list(texts.values()))
+    docs = {d: np.asarray(e.ids) for d, e in zip(texts, encoded, strict=True)}
+    return build(
+        directory,
+        docs,
+        seq_len,
+        version=version,
+        tokenizer_hash=hashlib.sha256(TOKENIZER.read_bytes()).hexdigest(),
+        vocab=tokenizer.get_vocab_size(),
+        pad=tokenizer.token_to_id("<|padding|>"),
+        size_limit_bytes=size_limit_bytes,
+    )
