@@ -238,12 +238,10 @@ def test_loader_serves_every_sample_from_the_cache(platform: S3Platform) -> None
     )
     digest = platform.row["manifest_sha256"]
     entry = platform.cache_dir / digest
-    # One entry named by the manifest's hash, no download left half-way, nothing else.
-    assert sorted(p.name for p in platform.cache_dir.iterdir() if not p.name.endswith(".lock")) == [
-        digest
-    ]
+    # One entry named by the manifest's hash: no download left half-way, no lock file.
+    assert sorted(p.name for p in platform.cache_dir.iterdir()) == [digest]
     assert hashlib.sha256((entry / "fm_manifest.json").read_bytes()).hexdigest() == digest
-    assert dataset.manifest_sha256 == digest
+    assert dataset.content_hashes == (digest,)
     samples = list(dataset)
     manifest = dataset.manifest
     assert len(samples) == manifest.num_samples
@@ -262,25 +260,46 @@ def test_loader_serves_every_sample_from_the_cache(platform: S3Platform) -> None
     assert {p.name: p.stat().st_mtime_ns for p in entry.iterdir()} == stamps
 
 
-def test_a_corrupted_cached_shard_is_detected(platform: S3Platform, tmp_path: Path) -> None:
+def test_a_damaged_cached_shard_is_fetched_again_once(platform: S3Platform, tmp_path: Path) -> None:
     import fm_loader
+    from fm_assets.storage.objectstore import filesystem_for
 
     cache = tmp_path / "cache"
     first = fm_loader.make_dataset(
         platform.version_key, settings=platform.settings, cache_dir=cache
     )
-    shard = cache / platform.row["manifest_sha256"] / first.manifest.shards[0].name
-    data = bytearray(shard.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    shard.write_bytes(bytes(data))
-    dataset = fm_loader.make_dataset(
-        platform.version_key, settings=platform.settings, cache_dir=cache
-    )
-    with pytest.raises(ValueError, match=r"failed its checksum.*cached copy of s3://.*delete it"):
-        list(dataset)
-    shard.write_bytes(bytes(data[:-10]))  # truncated: refused before serving anything
-    with pytest.raises(ValueError, match=r"cache entry .* is damaged: shard\..*delete"):
-        fm_loader.make_dataset(platform.version_key, settings=platform.settings, cache_dir=cache)
+    info = first.manifest.shards[0]
+    shard = cache / platform.row["manifest_sha256"] / info.name
+    good = shard.read_bytes()
+    flipped = bytearray(good)
+    flipped[len(flipped) // 2] ^= 0xFF
+
+    def fresh() -> fm_loader.FmDataset:
+        return fm_loader.make_dataset(
+            platform.version_key, settings=platform.settings, cache_dir=cache
+        )
+
+    # A flipped bit is caught by the checksum on first use, and the shard fetched again.
+    shard.write_bytes(bytes(flipped))
+    assert len(list(fresh())) == first.manifest.num_samples
+    assert shard.read_bytes() == good
+    # A truncated copy is caught when the entry is opened, and fetched again.
+    shard.write_bytes(good[:-10])
+    assert len(list(fresh())) == first.manifest.num_samples
+    assert shard.read_bytes() == good
+    # Bad in the bucket too: one more fetch, then an error naming the shard.
+    fs, remote = filesystem_for(platform.row["uri"], platform.settings.s3_endpoint)
+    key = f"{remote.rstrip('/')}/{info.name}"
+    with fs.open_output_stream(key, compression=None) as out:
+        out.write(bytes(flipped))
+    try:
+        shard.write_bytes(bytes(flipped))
+        with pytest.raises(ValueError, match=rf"shard {info.name} of s3://.* corrupt in the"):
+            list(fresh())
+    finally:
+        with fs.open_output_stream(key, compression=None) as out:
+            out.write(good)
+        shard.write_bytes(good)
 
 
 def test_upload_publishes_the_manifest_last_and_bad_sets_are_refused(
