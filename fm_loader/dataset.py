@@ -11,6 +11,7 @@ import numpy.typing as npt
 import torch.utils.data
 
 from fm_assets.settings import Settings
+from fm_loader.blocks import Block, BlockError, RawBlock
 from fm_loader.manifest import ShardSetManifest
 from fm_loader.mixture import MixtureArg, MixtureSpec, ScheduleCursor
 from fm_loader.plan import SourceOrder, rank_positions, resolve_world, worker_serves
@@ -20,11 +21,12 @@ from fm_loader.resolve import (
     resolve_shard_set,
     tokenizer_file_hash,
 )
-from fm_loader.samples import build_sample
 from fm_loader.shards import ShardSet
 from fm_loader.state import PLAN_VERSION, STATE_FORMAT_VERSION, LoaderState
 
 Sample = dict[str, Any]
+Batch = dict[str, Any]
+_SAMPLES_PER_BLOCK = 128  # samples built together when iterating sample by sample
 DEFAULT_SHUFFLE_WINDOW = 1 << 16  # samples: spans several 64 MB shards at seq_len 2048
 _POSITIONS_PER_STEP = 1 << 14  # global positions scheduled at a time
 
@@ -103,23 +105,58 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
     def worker_stream(self, worker: int, num_workers: int) -> Iterator[Sample]:
         """The samples DataLoader worker `worker` of `num_workers` serves (what `__iter__` uses)."""
         self._yielded = 0
-        for sources, ids in self._assigned(worker, num_workers):
-            for s, i in zip(sources.tolist(), ids.tolist(), strict=True):
-                sample = self._sample(s, i)
+        for sources, ids in self._groups(worker, num_workers, _SAMPLES_PER_BLOCK):
+            block = self._block(sources, ids)
+            for i in range(len(block)):
+                sample = block.sample(i)
                 self._yielded += 1  # before the yield: the consumer holds it once next() returns
                 yield sample
 
-    def iter_batches(self, batch_size: int | None = None) -> Iterator[list[Sample]]:
-        """This rank's (and DataLoader worker's) samples grouped into whole batches in order."""
-        size = batch_size or self.batch_size
-        batch: list[Sample] = []
-        for sample in self:
-            batch.append(sample)
-            if len(batch) == size:
-                yield batch
-                batch = []
-        if batch:
-            yield batch
+    def batch_stream(self, worker: int = 0, num_workers: int = 1) -> Iterator[Batch]:
+        """Collated batches of `batch_size` samples this rank and worker serve, built whole."""
+        for sources, ids in self._groups(worker, num_workers, self.batch_size):
+            yield self._block(sources, ids).batch()
+
+    def _groups(
+        self, worker: int, num_workers: int, size: int
+    ) -> Iterator[tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]]:
+        """The assigned (source, id) stream cut into consecutive groups of `size` (last short)."""
+        pending_s: list[npt.NDArray[np.intp]] = []
+        pending_i: list[npt.NDArray[np.int64]] = []
+        held = 0
+        for sources, ids in self._assigned(worker, num_workers):
+            pending_s.append(sources)
+            pending_i.append(ids)
+            held += len(ids)
+            if held < size:
+                continue
+            all_s, all_i = np.concatenate(pending_s), np.concatenate(pending_i)
+            cut = held - held % size
+            for a in range(0, cut, size):
+                yield all_s[a : a + size], all_i[a : a + size]
+            pending_s, pending_i, held = [all_s[cut:]], [all_i[cut:]], held - cut
+        if held:
+            yield np.concatenate(pending_s), np.concatenate(pending_i)
+
+    def _block(self, sources: npt.NDArray[np.intp], ids: npt.NDArray[np.int64]) -> Block:
+        seq_len = self.manifest.seq_len
+        tokens = np.empty((len(ids), seq_len), dtype=np.int64)
+        spans: list[npt.NDArray[np.int32]] = [np.empty(0, np.int32)] * len(ids)
+        doc_ids: list[list[str]] = [[]] * len(ids)
+        for s, shards in enumerate(self._shards):
+            rows = np.flatnonzero(sources == s)
+            if rows.size == 0:
+                continue
+            t, sp, d = shards.read_raw(ids[rows])
+            tokens[rows] = t
+            for row, one_spans, one_ids in zip(rows.tolist(), sp, d, strict=True):
+                spans[row], doc_ids[row] = one_spans, one_ids
+        raw = RawBlock(tokens, spans, doc_ids, ids.astype(np.int64), sources.astype(np.int64))
+        try:
+            return Block(raw)
+        except BlockError as exc:
+            source, index = int(sources[exc.position]), int(ids[exc.position])
+            raise ValueError(f"{self._shards[source].where(index)}: {exc}") from exc
 
     def _assigned(
         self, worker: int, num_workers: int
@@ -155,16 +192,6 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
                 if mine.any():
                     ids[mine] = order.sample_ids(running[offsets][mine])
             yield chosen, ids
-
-    def _sample(self, source: int, index: int) -> Sample:
-        shards = self._shards[source]
-        raw = shards.raw_sample(index)
-        try:
-            sample = build_sample(raw, shards.manifest.seq_len, index)
-        except ValueError as exc:
-            raise ValueError(f"{shards.where(index)}: {exc}") from exc
-        sample["source"] = source
-        return sample
 
     def take_fetch_latencies(self) -> list[float]:
         """Shard map+verify(+refetch) times recorded in this process since the last call."""

@@ -22,7 +22,6 @@ from typing import Any
 
 import torch.utils.data
 
-from fm_loader.collate import collate
 from fm_loader.dataset import FmDataset
 from fm_loader.metrics import LoaderMetrics
 
@@ -38,8 +37,9 @@ class _Batches(torch.utils.data.IterableDataset[Batch]):
         self.dataset = dataset
 
     def __iter__(self) -> Iterator[Batch]:
-        for samples in self.dataset.iter_batches():
-            batch = collate(samples)
+        info = torch.utils.data.get_worker_info()
+        worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
+        for batch in self.dataset.batch_stream(worker, num_workers):
             batch["shard_fetch_s"] = self.dataset.take_fetch_latencies()
             yield batch
 

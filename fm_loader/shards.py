@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from fm_loader.manifest import INDEX_NAME, ShardSetManifest, mds_columns
 
@@ -35,6 +36,7 @@ class ShardSet:
         """`remote`: where `directory` was downloaded from when it is a cache entry; a shard
         that fails its checksum is then fetched again once before the loader gives up."""
         from streaming.base.format import reader_from_json  # 10-16 s import, paid once per process
+        from streaming.base.format.mds.encodings import _get_coder
 
         self.directory = directory
         self.manifest = manifest
@@ -53,6 +55,11 @@ class ShardSet:
         self._readers = [reader_from_json(str(directory), None, s) for s in index["shards"]]
         self._bounds = np.cumsum([0] + [s.samples for s in manifest.shards])
         self._maps: dict[int, mmap.mmap] = {}
+        self._offsets: dict[int, npt.NDArray[np.uint32]] = {}  # per mapped shard: sample offsets
+        spans_coder = _get_coder(mds_columns(manifest.seq_len, manifest.token_dtype)["doc_spans"])
+        if spans_coder is None:  # only if mosaicml-streaming dropped the ndarray encoding
+            raise ValueError("mosaicml-streaming has no ndarray:int32 decoder; reinstall it")
+        self._spans_coder = spans_coder
         self.remote = remote
         self.fetch_latencies: list[float] = []  # seconds to map + verify (+ refetch) each shard
 
@@ -63,7 +70,7 @@ class ShardSet:
         # Memory maps do not pickle (spawned DataLoader workers); a worker re-opens and
         # re-verifies the shards it uses.
         state = self.__dict__.copy()
-        state["_maps"] = {}
+        state["_maps"], state["_offsets"] = {}, {}
         return state
 
     def _read_index(self) -> dict[str, Any]:
@@ -117,6 +124,9 @@ class ShardSet:
             mapped, problem = self._map_verified(shard)
             if mapped is not None:
                 self._maps[shard] = mapped
+                self._offsets[shard] = np.frombuffer(
+                    mapped, np.uint32, count=self.manifest.shards[shard].samples + 1, offset=4
+                )
                 self.fetch_latencies.append(time.perf_counter() - started)
                 return mapped
         raise ValueError(f"{problem}; {self.corrupt_hint}")
@@ -160,7 +170,38 @@ class ShardSet:
         begin, end = np.frombuffer(mapped, np.uint32, count=2, offset=4 * (1 + local)).tolist()
         return self._readers[shard].decode_sample(mapped[begin:end])
 
+    def read_raw(
+        self, indices: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[Any], list[npt.NDArray[np.int32]], list[list[str]]]:
+        """Tokens [len(indices), seq_len] and each sample's segment table and doc ids.
+
+        input_ids is the last column and fixed-size, so its bytes end each sample: one numpy
+        view per sample, no decode. The two variable columns go through MDS's own decoders.
+        """
+        seq_len = self.manifest.seq_len
+        dtype = np.dtype(self.manifest.token_dtype)
+        width = seq_len * dtype.itemsize
+        tokens = np.empty((len(indices), seq_len), dtype=dtype)
+        spans: list[npt.NDArray[np.int32]] = []
+        doc_ids: list[list[str]] = []
+        shards = np.searchsorted(self._bounds, indices, side="right") - 1
+        if len(indices) and (indices.min() < 0 or indices.max() >= len(self)):
+            raise IndexError(f"sample indices out of range [0, {len(self)})")
+        for row, (index, shard) in enumerate(zip(indices.tolist(), shards.tolist(), strict=True)):
+            mapped = self._open(shard)
+            offsets = self._offsets[shard]
+            local = index - int(self._bounds[shard])
+            begin, end = int(offsets[local]), int(offsets[local + 1])
+            tokens[row] = np.frombuffer(mapped, dtype, count=seq_len, offset=end - width)
+            ids_size, spans_size = np.frombuffer(mapped, np.uint32, count=2, offset=begin).tolist()
+            at = begin + 8
+            doc_ids.append(mapped[at : at + ids_size].decode("utf-8").split("\n"))
+            at += ids_size
+            spans.append(self._spans_coder.decode(mapped[at : at + spans_size]))
+        return tokens, spans, doc_ids
+
     def close(self) -> None:
+        self._offsets.clear()  # views into the maps: they must go before the maps can close
         for mapped in self._maps.values():
             mapped.close()
         self._maps.clear()

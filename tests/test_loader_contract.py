@@ -312,6 +312,7 @@ def test_resume_work_does_not_grow_with_the_position(
         ScheduleCursor, "take", lambda self, n: (taken.append(n), original(self, n))[1]
     )
     monkeypatch.setattr(fm_loader.dataset, "_POSITIONS_PER_STEP", 64)
+    monkeypatch.setattr(fm_loader.dataset, "_SAMPLES_PER_BLOCK", 1)
     source = {str(web.directory): 0.5, str(web.directory) + "/.": 0.5}
     full = make_dataset(source, rank=0, world_size=1)
     work = {}

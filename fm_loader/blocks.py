@@ -1,0 +1,160 @@
+"""Training tensors for a block of samples at once: the per-sample Python work, vectorised.
+
+Label convention (next-token prediction, shifted inside the sample):
+    labels[i] = input_ids[i + 1] when position i + 1 lies in the same segment as i, else -100.
+The last token of every segment and every padding position therefore carry -100: no loss is ever
+taken across a document boundary or on padding. `loss_mask = labels != -100`.
+`position_ids` restart at 0 at every segment start and at the start of the padding tail.
+Per sample, `cu_seqlens` holds the segment boundaries plus the end of the padding tail:
+[0, l1, l1 + l2, ..., num_real_tokens, seq_len] (the last entry only when there is padding).
+A batch flattens them over [batch * seq_len] for `flash_attn_varlen_func`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True)
+class RawBlock:
+    """Decoded MDS columns of B samples: tokens [B, seq_len] and per-sample segment tables."""
+
+    input_ids: npt.NDArray[Any]  # [B, seq_len], the shard's token dtype
+    spans: list[npt.NDArray[np.int32]]  # per sample, flattened (start, length, doc_offset)
+    doc_ids: list[list[str]]
+    sample_index: npt.NDArray[np.int64]  # within its source
+    source: npt.NDArray[np.int64]  # mixture source index
+
+
+class Block:
+    """Training tensors of a block; `sample(i)` is one sample, `batch()` all of them collated."""
+
+    def __init__(self, raw: RawBlock) -> None:
+        count, seq_len = raw.input_ids.shape
+        self.raw, self.seq_len = raw, seq_len
+        segments, lengths, starts, num_real = _segments(raw, seq_len)
+        ids = raw.input_ids.astype(np.int64)
+        columns = np.arange(seq_len)
+
+        labels = np.full((count, seq_len), IGNORE_INDEX, dtype=np.int64)
+        labels[:, :-1] = ids[:, 1:]
+        labels[columns[None, :] >= (num_real - 1)[:, None]] = IGNORE_INDEX
+        labels[segments, starts + lengths - 1] = IGNORE_INDEX  # no loss across a boundary
+
+        # Start of the segment (or padding tail) holding each position: starts increase along
+        # a row, so a running maximum of the marks spreads each start over its segment.
+        marks = np.zeros((count, seq_len), dtype=np.int64)
+        marks[segments, starts] = starts
+        padded = num_real < seq_len
+        marks[np.flatnonzero(padded), num_real[padded]] = num_real[padded]
+        position_ids = columns[None, :] - np.maximum.accumulate(marks, axis=1)
+
+        # Flat boundaries over the batch: 0, then each sample's segment ends and its
+        # padding end, shifted by b * seq_len.
+        ends = np.concatenate(
+            [segments * seq_len + starts + lengths, np.flatnonzero(padded) * seq_len + seq_len]
+        )
+        self.cu_seqlens = np.concatenate([[0], np.sort(ends)]).astype(np.int32)
+        self._sample_starts = np.searchsorted(self.cu_seqlens, np.arange(count + 1) * seq_len)
+        self.num_real = num_real
+        self.input_ids = torch.from_numpy(ids)
+        self.labels = torch.from_numpy(labels)
+        self.loss_mask = self.labels != IGNORE_INDEX
+        self.position_ids = torch.from_numpy(position_ids)
+
+    def __len__(self) -> int:
+        return len(self.raw.doc_ids)
+
+    def sample(self, i: int) -> dict[str, Any]:
+        a, b = self._sample_starts[i], self._sample_starts[i + 1]
+        cu = self.cu_seqlens[a : b + 1] - np.int32(i * self.seq_len)
+        return {
+            "input_ids": self.input_ids[i],
+            "labels": self.labels[i],
+            "loss_mask": self.loss_mask[i],
+            "position_ids": self.position_ids[i],
+            "cu_seqlens": torch.from_numpy(cu),
+            "doc_ids": self.raw.doc_ids[i],
+            "sample_index": int(self.raw.sample_index[i]),
+            "num_tokens": int(self.num_real[i]),
+            "source": int(self.raw.source[i]),
+        }
+
+    def batch(self) -> dict[str, Any]:
+        """The block as one batch, in the layout `fm_loader.collate` produces."""
+        cu = torch.from_numpy(self.cu_seqlens)
+        return {
+            "input_ids": self.input_ids,
+            "labels": self.labels,
+            "loss_mask": self.loss_mask,
+            "position_ids": self.position_ids,
+            "cu_seqlens": cu,
+            "max_seqlen": int((cu[1:] - cu[:-1]).max()),
+            "doc_ids": self.raw.doc_ids,
+            "sample_index": torch.from_numpy(self.raw.sample_index.astype(np.int64)),
+            "num_tokens": torch.from_numpy(self.num_real),
+            "source": torch.from_numpy(self.raw.source.astype(np.int64)),
+        }
+
+
+Int64s = npt.NDArray[np.int64]
+
+
+def _segments(raw: RawBlock, seq_len: int) -> tuple[Int64s, Int64s, Int64s, Int64s]:
+    """(sample of each segment, lengths, starts, real tokens per sample), validated.
+
+    Raises ValueError naming the sample (by block position) when segments are not contiguous
+    from position 0 within seq_len or ids and spans disagree; the caller adds the shard.
+    """
+    count = len(raw.spans)
+    per_sample = np.array([s.size for s in raw.spans], dtype=np.int64)
+    bad = (per_sample % 3 != 0) | (per_sample // 3 != [len(d) for d in raw.doc_ids])
+    if raw.input_ids.shape != (count, seq_len) or bad.any():
+        first = int(np.flatnonzero(bad)[0]) if bad.any() else 0
+        raise BlockError(
+            first,
+            f"malformed sample (input_ids shape {raw.input_ids.shape[1:]}, "
+            f"{int(per_sample[first])} span values, {len(raw.doc_ids[first])} doc ids); "
+            "rebuild the shard set",
+        )
+    table = (
+        np.concatenate(raw.spans).astype(np.int64).reshape(-1, 3)
+        if count
+        else np.empty((0, 3), np.int64)
+    )
+    starts, lengths = table[:, 0], table[:, 1]
+    segments = np.repeat(np.arange(count), per_sample // 3)
+    num_real = np.bincount(segments, weights=lengths, minlength=count).astype(np.int64)
+    # Expected start of each segment: lengths summed over earlier segments of its sample.
+    running = np.cumsum(lengths) - lengths
+    first_of_sample = np.concatenate([[0], np.cumsum(per_sample // 3)[:-1]])
+    expected = running - np.repeat(running[first_of_sample] if count else running, per_sample // 3)
+    broken = (lengths <= 0) | (starts != expected)
+    over = num_real > seq_len
+    if broken.any() or over.any():
+        sample = (
+            int(segments[np.flatnonzero(broken)[0]])
+            if broken.any()
+            else int(np.flatnonzero(over)[0])
+        )
+        raise BlockError(
+            sample,
+            f"segments are not contiguous from position 0 within seq_len {seq_len} "
+            f"(spans {raw.spans[sample].reshape(-1, 3).tolist()}); rebuild the shard set",
+        )
+    return segments, lengths, starts, num_real
+
+
+class BlockError(ValueError):
+    """A malformed sample; `position` is its index in the block."""
+
+    def __init__(self, position: int, message: str) -> None:
+        super().__init__(message)
+        self.position = position
