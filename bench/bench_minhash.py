@@ -1,0 +1,372 @@
+"""Vectorised MinHash LSH near-dedup vs a plain datasketch per-document loop, on the same texts.
+
+One run, every figure side by side, written to `bench/results/minhash.md`:
+
+    .venv/bin/python bench/bench_minhash.py
+    .venv/bin/python bench/bench_minhash.py --repeats 1 --output /tmp/minhash.md
+
+Documents: the 181 `articleBody` texts of `../shared/data/extraction/article-extraction-benchmark/
+ground-truth.json` (read in place) plus, per article, three edited copies — 1% of words replaced
+(J ≈ 0.9), the last 5% cut and a sentence appended (J ≈ 0.9), 6% of words replaced (J ≈ 0.5,
+not a near-duplicate) — 724 documents in a fixed shuffled order, decided in batches of 256.
+
+Paths, interleaved A B C per repeat, each from an empty index:
+
+- **A, this module**: `shingle_sets` (shingling) / `signatures` + `band_hashes` (hashing) /
+  `NearDupIndex.decide` (LSH lookups, exact-Jaccard confirmation, indexing).
+- **B, plain datasketch**: per document, words by `re` + `str.lower`, word hashes memoised,
+  shingle hashes by the module's scalar `shingle_hash` (shingling); `MinHash(num_perm=112)` then
+  `.update` once per shingle (hashing); `MinHashLSH(params=(14, 8)).query`, exact Jaccard of
+  Python sets, `.insert` when kept (LSH).
+- **C, datasketch batched**: as B but one `update_batch` per document.
+
+B and C use scheme "affine32", seed 1 and a hashfunc taking the low 32 bits of the shingle hash,
+so their signatures must equal A's bit for bit: the script checks that, and that all three paths
+make the same decisions, and fails otherwise. Nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import random
+import re
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasketch
+import numpy as np
+
+from fm_assets.curation.minhash import (
+    MINHASH_VERSION,
+    BatchSketch,
+    MinHashConfig,
+    NearDupIndex,
+    band_hashes,
+    jaccard,
+    shingle_hash,
+    shingle_sets,
+    signatures,
+    word_hash,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+ARTICLES = REPO.parent / "shared/data/extraction/article-extraction-benchmark/ground-truth.json"
+DEFAULT_OUTPUT = REPO / "bench" / "results" / "minhash.md"
+BATCH = 256
+MASK32 = 0xFFFFFFFF
+_NON_WORD = re.compile(r"[^\w\s]")
+
+
+@dataclass
+class Run:
+    """Seconds per phase of one path over all batches, and its decisions."""
+
+    phases: dict[str, float] = field(
+        default_factory=lambda: {"shingling": 0.0, "hashing": 0.0, "lsh": 0.0}
+    )
+    decisions: dict[str, str | None] = field(default_factory=dict)
+    signatures: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        return sum(self.phases.values())
+
+
+def make_documents(seed: int = 0) -> list[tuple[str, str, str]]:
+    """(doc_id, origin article, text): originals plus three edited copies each, shuffled."""
+    articles = json.loads(ARTICLES.read_text())
+    rng = random.Random(seed)
+    vocabulary = sorted({w for a in articles.values() for w in a["articleBody"].split()})
+
+    def replace(words: list[str], fraction: float) -> str:
+        out = list(words)
+        for i in rng.sample(range(len(out)), max(1, round(len(out) * fraction))):
+            out[i] = rng.choice(vocabulary)
+        return " ".join(out)
+
+    docs = []
+    for key, article in sorted(articles.items()):
+        text = article["articleBody"]
+        words = text.split()
+        docs.append((f"{key}-orig", key, text))
+        docs.append((f"{key}-edit1", key, replace(words, 0.01)))
+        cut = " ".join(words[: len(words) * 95 // 100])
+        docs.append((f"{key}-trim", key, cut + " This copy was syndicated by another site."))
+        docs.append((f"{key}-edit6", key, replace(words, 0.06)))
+    rng.shuffle(docs)
+    return docs
+
+
+def run_vectorised(docs: list[tuple[str, str, str]], config: MinHashConfig) -> Run:
+    run = Run()
+    index = NearDupIndex(config)
+    for start in range(0, len(docs), BATCH):
+        ids = [d[0] for d in docs[start : start + BATCH]]
+        texts = [d[2] for d in docs[start : start + BATCH]]
+        t0 = time.perf_counter()
+        shingles = shingle_sets(texts, config.ngram)
+        t1 = time.perf_counter()
+        sigs = signatures(shingles, config)
+        bands = band_hashes(sigs, config)
+        t2 = time.perf_counter()
+        decisions = index.decide(ids, BatchSketch(shingles, bands))
+        t3 = time.perf_counter()
+        run.phases["shingling"] += t1 - t0
+        run.phases["hashing"] += t2 - t1
+        run.phases["lsh"] += t3 - t2
+        run.decisions.update((d.doc_id, d.duplicate_of) for d in decisions)
+        run.signatures.update(zip(ids, sigs, strict=True))
+    return run
+
+
+def run_datasketch(docs: list[tuple[str, str, str]], config: MinHashConfig, batched: bool) -> Run:
+    run = Run()
+    lsh = datasketch.MinHashLSH(num_perm=config.num_perm, params=(config.bands, config.rows))
+    kept: dict[str, set[int]] = {}
+    order: dict[str, int] = {}  # ties go to the earliest kept document, as in the index
+    word_hashes: dict[str, int] = {}
+    n = config.ngram
+
+    def low32(value: int) -> int:
+        return value & MASK32
+
+    for doc_id, _, text in docs:
+        t0 = time.perf_counter()
+        words = _NON_WORD.sub("", text.lower()).split()
+        hashes = []
+        for w in words:
+            h = word_hashes.get(w)
+            if h is None:
+                h = word_hashes[w] = word_hash(w)
+            hashes.append(h)
+        if 0 < len(hashes) < n:
+            shingles = {shingle_hash(hashes)}
+        else:
+            shingles = {shingle_hash(hashes[i : i + n]) for i in range(len(hashes) - n + 1)}
+        t1 = time.perf_counter()
+        minhash = datasketch.MinHash(num_perm=config.num_perm, seed=config.seed, hashfunc=low32)
+        if batched:
+            minhash.update_batch(shingles)
+        else:
+            for s in shingles:
+                minhash.update(s)
+        t2 = time.perf_counter()
+        duplicate_of = None
+        if shingles:
+            best, best_j = None, 0.0
+            for candidate in lsh.query(minhash):
+                other = kept[candidate]
+                inter = len(shingles & other)
+                j = inter / (len(shingles) + len(other) - inter)
+                if j > best_j or (j == best_j and best and order[candidate] < order[best]):
+                    best, best_j = candidate, j
+            if best is not None and best_j >= config.threshold:
+                duplicate_of = best
+            else:
+                lsh.insert(doc_id, minhash)
+                kept[doc_id] = shingles
+                order[doc_id] = len(order)
+        t3 = time.perf_counter()
+        run.phases["shingling"] += t1 - t0
+        run.phases["hashing"] += t2 - t1
+        run.phases["lsh"] += t3 - t2
+        run.decisions[doc_id] = duplicate_of
+        run.signatures[doc_id] = minhash.hashvalues
+    return run
+
+
+def exact_truth(
+    docs: list[tuple[str, str, str]], decisions: dict[str, str | None], config: MinHashConfig
+) -> tuple[int, int]:
+    """(documents with an earlier kept copy of their article at J ≥ threshold, how many of them
+    were flagged), replaying `decisions` in order with exact Jaccard against every kept copy."""
+    sets = dict(zip([d[0] for d in docs], shingle_sets([d[2] for d in docs]), strict=True))
+    kept: dict[str, list[str]] = {}
+    truth = found = 0
+    for doc_id, article, _ in docs:
+        best = max((jaccard(sets[doc_id], sets[k]) for k in kept.get(article, [])), default=0.0)
+        if best >= config.threshold:
+            truth += 1
+            found += decisions[doc_id] is not None
+        if decisions[doc_id] is None:
+            kept.setdefault(article, []).append(doc_id)
+    return truth, found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    args = parser.parse_args()
+    config = MinHashConfig()
+    started = time.perf_counter()
+    load_start = os.getloadavg()[0]
+    docs = make_documents()
+    megabytes = sum(len(d[2].encode()) for d in docs) / 1e6
+    shingle_sets(["warm up the code point map"], config.ngram)
+
+    paths: dict[str, Callable[[], Run]] = {
+        "A. this module (vectorised)": lambda: run_vectorised(docs, config),
+        "B. datasketch, update per shingle": lambda: run_datasketch(docs, config, False),
+        "C. datasketch, update_batch per doc": lambda: run_datasketch(docs, config, True),
+    }
+    runs: dict[str, list[Run]] = {name: [] for name in paths}
+    for _ in range(args.repeats):
+        for name, fn in paths.items():
+            runs[name].append(fn())
+
+    # Correctness: identical signatures and decisions across paths, in every repeat.
+    reference = runs["A. this module (vectorised)"][0]
+    for name, repeats in runs.items():
+        for run in repeats:
+            if run.decisions != reference.decisions:
+                raise SystemExit(f"{name} decided differently from the vectorised path")
+            for doc_id, sig in reference.signatures.items():
+                if not np.array_equal(run.signatures[doc_id], sig):
+                    raise SystemExit(f"{name}: signature of {doc_id} differs")
+
+    # One line of 5 M characters: every article, seven times over, newlines collapsed.
+    articles = json.loads(ARTICLES.read_text())
+    big = " ".join(articles[key]["articleBody"] for key in sorted(articles))
+    big = re.sub(r"\s+", " ", (big + " ") * 7)[:5_000_000]
+    big_times = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        (big_shingles,) = shingle_sets([big], config.ngram)
+        t1 = time.perf_counter()
+        band_hashes(signatures([big_shingles], config), config)
+        big_times.append((t1 - t0, time.perf_counter() - t1))
+
+    text = report(
+        docs,
+        megabytes,
+        config,
+        runs,
+        big,
+        big_shingles.size,
+        big_times,
+        load_start,
+        time.perf_counter() - started,
+    )
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text)
+    print(text)
+
+
+def report(
+    docs: list[tuple[str, str, str]],
+    megabytes: float,
+    config: MinHashConfig,
+    runs: dict[str, list[Run]],
+    big: str,
+    big_shingles: int,
+    big_times: list[tuple[float, float]],
+    load_start: float,
+    seconds: float,
+) -> str:
+    def med(values: list[float]) -> float:
+        return statistics.median(values)
+
+    def spread(values: list[float]) -> str:
+        return f"{med(values):.3f} ({min(values):.3f}–{max(values):.3f})"
+
+    baseline = med([r.total for r in runs["B. datasketch, update per shingle"]])
+    batched = med([r.total for r in runs["C. datasketch, update_batch per doc"]])
+    lines = [
+        "# MinHash LSH: vectorised vs datasketch",
+        "",
+        f"Written by `.venv/bin/python bench/bench_minhash.py` on "
+        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; the whole run took {seconds:.0f} s. "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__}, "
+        f"datasketch {datasketch.__version__}. Load average (1 min) {load_start:.1f} at the "
+        f"start, {os.getloadavg()[0]:.1f} at the end: the machine is shared, so read the ratios "
+        "measured side by side, not the absolute rates.",
+        "",
+        f"`{MINHASH_VERSION}`, {config.ngram}-word shingles, {config.bands} bands × {config.rows}"
+        f" rows = {config.num_perm} permutations, exact-Jaccard confirmation at "
+        f"{config.threshold}. {len(docs)} documents ({megabytes:.2f} MB UTF-8): 181 articles and "
+        "three edited copies of each (1% of words replaced, last 5% cut + a sentence appended, "
+        "6% of words replaced), shuffled, decided in order in batches of "
+        f"{BATCH}. Paths run interleaved A B C, {len(runs['B. datasketch, update per shingle'])} "
+        "repeats, each from an empty index; seconds are medians (min–max).",
+        "",
+        "| path | shingling s | hashing s | LSH + confirm s | total s | docs/s | MB/s "
+        "| speed-up vs B | vs C |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for name, repeats in runs.items():
+        total = med([r.total for r in repeats])
+        phases = [spread([r.phases[p] for r in repeats]) for p in ("shingling", "hashing", "lsh")]
+        lines.append(
+            f"| {name} | {' | '.join(phases)} | {spread([r.total for r in repeats])} "
+            f"| {len(docs) / total:,.0f} | {megabytes / total:.2f} | {baseline / total:.1f}× "
+            f"| {batched / total:.1f}× |"
+        )
+    a = runs["A. this module (vectorised)"]
+    b = runs["B. datasketch, update per shingle"]
+    lines += ["", "Per phase, B over A (medians):", ""]
+    for phase in ("shingling", "hashing", "lsh"):
+        ratio = med([r.phases[phase] for r in b]) / med([r.phases[phase] for r in a])
+        lines.append(f"- {phase}: {ratio:.1f}×")
+
+    decisions = a[0].decisions
+    origin = {d[0]: d[1] for d in docs}
+    flagged = {k: v for k, v in decisions.items() if v is not None}
+    same_article = sum(origin[k] == origin[v] for k, v in flagged.items())
+    truth, found = exact_truth(docs, decisions, config)
+    lines += [
+        "",
+        "## Same detections",
+        "",
+        "Every repeat of B and C produced bit-identical signatures to A for all "
+        f"{len(docs)} documents and exactly A's decisions (checked by the script, which fails "
+        f"otherwise). Flagged: {len(flagged)} documents; {same_article} of them point to a copy "
+        "of the same article. Exact truth, by brute force over the same order of decisions: "
+        f"{truth} documents had an already kept copy of their article at exact J ≥ "
+        f"{config.threshold}, and {found} of them were flagged (LSH recall "
+        f"{found / truth:.3f}); no flag lacks such a copy, as each is confirmed by exact "
+        "Jaccard.",
+        "",
+        "| planted variant | documents | flagged | flagged pointing to the same article |",
+        "|---|--:|--:|--:|",
+    ]
+    for kind in ("orig", "edit1", "trim", "edit6"):
+        ids = [d[0] for d in docs if d[0].endswith(f"-{kind}")]
+        hits = [i for i in ids if decisions[i] is not None]
+        good = sum(origin[decisions[i] or ""] == origin[i] for i in hits)
+        lines.append(f"| {kind} | {len(ids)} | {len(hits)} | {good} |")
+    lines += [
+        "",
+        "Each article's group of four keeps its first document in the shuffled order; `orig`, "
+        "`edit1` and `trim` are within J ≈ 0.9 of each other and should collapse to one kept "
+        "document, `edit6` (J ≈ 0.5 to the others) should be kept.",
+        "",
+        "## One 5 MB single-line document (this module only)",
+        "",
+        f"{len(big) / 1e6:.1f} M characters, {len(big.split()):,} words, {big_shingles:,} unique "
+        f"shingles: shingling {spread([t[0] for t in big_times])} s, signature + bands "
+        f"{spread([t[1] for t in big_times])} s.",
+        "",
+        "## Notes",
+        "",
+        "- B follows the brief literally: `MinHash(num_perm=112)` per document (which draws its "
+        "permutations from the seed each time) and `.update` per shingle. C is datasketch used "
+        "well (`update_batch`); A's speed-up over C is the fairer figure.",
+        "- Both datasketch paths get the module's shingle hashes through `hashfunc` so that "
+        "the signatures can be compared bit for bit; their shingling (regex + memoised word "
+        "hashes in Python) is what a plain loop would do.",
+        "- A's LSH phase includes building the band-hash runs and keeping shingle sets for the "
+        "persistent rows; B/C keep Python sets and datasketch's dict storage.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
