@@ -42,6 +42,7 @@ from pyiceberg.expressions import EqualTo
 from fm_assets import pipeline
 from fm_assets.compute import ensure_ray, ray_cpus
 from fm_assets.packing import PackedSequence, pack_documents
+from fm_assets.policy import DEFAULT_POLICY
 from fm_assets.runner import _chunks, run_stage  # private: chunk exactly as the runner does
 from fm_assets.settings import Settings, load_settings
 from fm_assets.shard_sets import build_shard_set
@@ -449,7 +450,7 @@ def profile_tokenize(settings: Settings, batch_id: str, docs: int) -> dict[str, 
     )
     out["input_mb"] = inputs.nbytes / MB
 
-    stage = pipeline.entry(TOKENIZE).build(settings)
+    stage = pipeline.entry(TOKENIZE).build(settings, DEFAULT_POLICY)
     if not isinstance(stage, TokenizeStage):
         raise TypeError(f"{TOKENIZE} builds {type(stage).__name__}, expected TokenizeStage")
     cpus = ray_cpus()

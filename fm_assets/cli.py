@@ -10,6 +10,7 @@ import datetime as dt
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -136,6 +137,61 @@ def tokenizer_train(paths: tuple[str, ...], out: str, vocab_size: int) -> None:
     click.echo(out)
 
 
+@main.group()
+def classifier() -> None:
+    """Quality classifiers (fastText, DCLM-style)."""
+
+
+@classifier.command("train")
+@click.option(
+    "--positive", "positives", multiple=True, type=click.Path(exists=True, dir_okay=False)
+)
+@click.option(
+    "--negative", "negatives", multiple=True, type=click.Path(exists=True, dir_okay=False)
+)
+@click.option(
+    "--default-recipe",
+    is_flag=True,
+    help="Article bodies vs page boilerplate from the shared extraction benchmark.",
+)
+@click.option(
+    "--data-dir",
+    default="../shared/data",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="The shared data directory the default recipe reads.",
+)
+def classifier_train(
+    positives: tuple[str, ...], negatives: tuple[str, ...], default_recipe: bool, data_dir: str
+) -> None:
+    """Train and register a quality classifier; prints its model sha256 last.
+
+    --positive/--negative: .jsonl(.gz) files (one document per line, field "text") or text
+    files (one document each). Or --default-recipe.
+    """
+    from fm_assets.operations import ChecksFailed, train_classifier
+    from fm_assets.training_text import read_documents
+
+    if default_recipe == bool(positives or negatives):
+        raise click.UsageError("give either --default-recipe or --positive and --negative files")
+    pos: list[Any]
+    neg: list[Any]
+    if default_recipe:
+        from fm_assets.curation.quality_classifier import default_training_data
+
+        pos, neg, sources = default_training_data(Path(data_dir))
+    else:
+        if not positives or not negatives:
+            raise click.UsageError("give at least one --positive and one --negative file")
+        pos, neg = read_documents(positives), read_documents(negatives)
+        sources = {"positive": ", ".join(positives), "negative": ", ".join(negatives)}
+    try:
+        digest = train_classifier(load_settings(), list(pos), list(neg), sources, _echo)
+    except (ChecksFailed, ValueError) as exc:
+        _fail(exc)
+    click.echo(digest)
+
+
 @main.command()
 @click.argument("table")
 @click.option("--batch", "batch_id", default=None)
@@ -197,9 +253,12 @@ def demo(
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def dev(args: tuple[str, ...]) -> None:
     """Start the Dagster UI on this FM_HOME (`dagster dev -w workspace.yaml`)."""
-    from fm_assets.instance import ensure_dagster_home
+    from dagster import DagsterInstance
+
+    from fm_assets.instance import ensure_dagster_home, ensure_pool_limits
 
     ensure_dagster_home(load_settings())
+    ensure_pool_limits(DagsterInstance.get())
     workspace = Path(__file__).resolve().parents[1] / "workspace.yaml"
     dagster = Path(sys.executable).with_name("dagster")  # the one beside this interpreter
     os.execv(str(dagster), [str(dagster), "dev", "-w", str(workspace), *args])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from fm_assets.settings import Settings
 
@@ -28,3 +29,16 @@ def ensure_dagster_home(settings: Settings) -> Path:
     os.environ["DAGSTER_HOME"] = str(home)
     os.environ.setdefault("FM_HOME", str(settings.home))
     return home
+
+
+# Pools whose limit is not dagster.yaml's default_limit (dagster.yaml cannot name a pool).
+POOL_LIMITS = {"neardup": 1}  # one batch at a time against the global near-dup index
+
+
+def ensure_pool_limits(instance: Any) -> None:
+    """Set the platform's per-pool limits on `instance` (idempotent)."""
+    storage = instance.event_log_storage
+    for pool, limit in POOL_LIMITS.items():
+        info = storage.get_concurrency_info(pool)
+        if info.slot_count != limit:
+            storage.set_concurrency_slots(pool, limit)

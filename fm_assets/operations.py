@@ -24,10 +24,12 @@ class ChecksFailed(RuntimeError):
 def dagster_instance(settings: Settings) -> Any:
     from dagster import DagsterInstance
 
-    from fm_assets.instance import ensure_dagster_home
+    from fm_assets.instance import ensure_dagster_home, ensure_pool_limits
 
     ensure_dagster_home(settings)
-    return DagsterInstance.get()
+    instance = DagsterInstance.get()
+    ensure_pool_limits(instance)
+    return instance
 
 
 def land(
@@ -127,3 +129,30 @@ def build_shards(
     partition = MultiPartitionKey({"version": version_key, "shard_config": config})
     materialize(settings, ["shard_set"], partition, log)
     return shard_set_key(version_key, config)
+
+
+def train_classifier(
+    settings: Settings,
+    positives: list[Any],
+    negatives: list[Any],
+    sources: dict[str, str],
+    log: Log,
+) -> str:
+    """Train a fastText quality classifier, register it by hash, record it in Dagster."""
+    import tempfile
+
+    from fm_assets.classifier_registry import register_classifier
+    from fm_assets.curation.quality_classifier import train_classifier as train
+
+    with tempfile.TemporaryDirectory(prefix="fm-classifier-") as out:
+        log(f"training on {len(positives)} positive and {len(negatives)} negative documents")
+        report = train(positives, negatives, Path(out), sources=sources)
+        log(
+            f"held-out accuracy {report.holdout_accuracy:.3f} (precision "
+            f"{report.holdout_precision:.3f}, recall {report.holdout_recall:.3f})"
+        )
+        info = register_classifier(settings, report)
+    instance = dagster_instance(settings)
+    instance.add_dynamic_partitions("quality_classifier", [info.model_sha256])
+    materialize(settings, ["quality_classifier_registry"], info.model_sha256, log)
+    return info.model_sha256

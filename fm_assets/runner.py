@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from fm_assets import pipeline
 from fm_assets.compute import ensure_ray, ray_cpus
+from fm_assets.policy import load_policy
 from fm_assets.settings import Settings
 from fm_assets.stages.base import CombineContext, Stage, StageResult
 from fm_assets.stages.raw import LANDED_FILES
@@ -120,7 +121,8 @@ def _process_on_ray(stage: Stage, chunks: list[pa.Table], progress: Progress) ->
             done[order[ref]] = ray.get(ref)
         progress(f"{stage.name}: {len(done)}/{len(pending)} chunks")
     # Keep input order: "first occurrence wins" in dedup must not depend on task timing.
-    return StageResult.concat((done[i] for i in range(len(pending))), stage.output_schema)
+    schema = stage.work_schema or stage.output_schema
+    return StageResult.concat((done[i] for i in range(len(pending))), schema)
 
 
 def run_stage(
@@ -133,8 +135,8 @@ def run_stage(
 ) -> StageRunReport:
     """Run `stage_name` for `batch_id` unless its content key is already committed."""
     started = time.monotonic()
-    stage = pipeline.entry(stage_name).build(settings)
     manifest = read_manifest(open_object_store(settings), batch_id)
+    stage = pipeline.entry(stage_name).build(settings, load_policy(settings, manifest.source))
     upstream = pipeline.upstream_of(stage_name)
     earlier: list[str] = []
     if upstream is None:
@@ -187,7 +189,11 @@ def run_stage(
     result = _process_on_ray(stage, _chunks(inputs, upstream is None, ray_cpus()), progress)
     result = stage.combine(
         result,
-        CombineContext(batch_id=batch_id, earlier_documents=_earlier_documents(settings, earlier)),
+        CombineContext(
+            batch_id=batch_id,
+            earlier_documents=_earlier_documents(settings, earlier),
+            read_other_batches=functools.partial(_other_batches, settings, batch_id),
+        ),
     )
     kept, bad = result.kept.num_rows, result.quarantined.num_rows
     records_in = kept + bad if upstream is None else inputs.num_rows
@@ -211,6 +217,14 @@ def run_stage(
     )
     progress(f"{stage_name}: {kept} kept, {bad} quarantined in {done.seconds:.1f}s")
     return done
+
+
+def _other_batches(
+    settings: Settings, batch_id: str, table: str, columns: tuple[str, ...] | None
+) -> pa.Table:
+    return catalog.read_table(
+        settings, table, row_filter=catalog.where_not_equal("batch_id", batch_id), columns=columns
+    )
 
 
 def _earlier_documents(settings: Settings, earlier: list[str]) -> dict[str, str]:
@@ -263,6 +277,17 @@ def _commit(
         ),
         {"fm.stage": stage.name, "fm.batch_id": batch_id, "fm.run_id": run_id or ""},
     )
+    for side_table in stage.side_tables:
+        rows = result.side.get(side_table)
+        if rows is None:
+            rows = catalog.table_schema(side_table).empty_table()
+        catalog.replace_rows(
+            settings,
+            side_table,
+            rows,
+            catalog.where_equal("batch_id", batch_id),
+            {"fm.stage": stage.name, "fm.batch_id": batch_id, "fm.run_id": run_id or ""},
+        )
     properties = {
         "fm.stage": stage.name,
         "fm.code_version": stage.version,

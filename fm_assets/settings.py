@@ -36,6 +36,7 @@ class Settings:
     s3_endpoint: str | None  # for S3-compatible stores (SeaweedFS, MinIO) in tests and on-prem
     extract_timeout_s: float  # per-document extraction budget
     max_document_bytes: int  # larger raw records are quarantined, not processed
+    policy_file: Path | None = None  # per-dataset curation policies (fm_assets.policy)
 
     @property
     def dagster_home(self) -> Path:
@@ -62,4 +63,5 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         s3_endpoint=env.get("FM_S3_ENDPOINT") or None,
         extract_timeout_s=float(env.get("FM_EXTRACT_TIMEOUT_S", "10")),
         max_document_bytes=int(env.get("FM_MAX_DOCUMENT_BYTES", str(8 * 1024 * 1024))),
+        policy_file=Path(env["FM_POLICY_FILE"]).expanduser() if env.get("FM_POLICY_FILE") else None,
     )

@@ -82,9 +82,12 @@ def test_bad_input_is_quarantined_with_reasons(
         and any("\u3040" <= ch <= "\u30ff" for ch in r["text"])
     ]
     assert len(japanese) >= 10
-    # Downstream stages saw only readable documents, and the batch reached tokenization.
+    tagged = catalog.read_batch(settings, "language_tagged_documents", batch.batch_id).to_pylist()
+    assert sum(r["language"] == "ja" for r in tagged) >= 10
+    # Downstream stages saw only readable documents, and the batch reached tokenization (the
+    # default policy's English-centric Gopher rules quarantine the Japanese pages, with reasons).
     final = catalog.read_batch(
         settings, pipeline.STAGE_NAMES[-1], batch.batch_id, columns=("doc_id",)
     )
-    assert final.num_rows >= 5
+    assert final.num_rows >= 1
     assert os.path.getsize(files[-1]) >= 50 << 20

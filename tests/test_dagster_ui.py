@@ -108,7 +108,13 @@ def test_ui_serves_the_graph_and_its_sensor_processes_a_batch(dagster_ui: tuple[
         nodes = {n["assetKey"]["path"][0]: n for n in _graphql(port, GRAPH_QUERY)["assetNodes"]}
         if not nodes:
             time.sleep(2)
-    assert set(nodes) == {"landing_batch", *pipeline.STAGE_NAMES, "dataset_version", "shard_set"}
+    assert set(nodes) == {
+        "landing_batch",
+        *pipeline.STAGE_NAMES,
+        "dataset_version",
+        "shard_set",
+        "quality_classifier_registry",
+    }
     upstream = "landing_batch"
     for stage in pipeline.STAGE_NAMES:
         node = nodes[stage]

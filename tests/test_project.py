@@ -20,7 +20,13 @@ def test_definitions_hold_the_whole_graph() -> None:
 
     dg.Definitions.validate_loadable(defs)
     keys = {a.key.to_user_string() for a in defs.assets}
-    assert keys == {"landing_batch", *pipeline.STAGE_NAMES, "dataset_version", "shard_set"}
+    assert keys == {
+        "landing_batch",
+        *pipeline.STAGE_NAMES,
+        "dataset_version",
+        "shard_set",
+        "quality_classifier_registry",
+    }
     graph = defs.resolve_asset_graph()
     # Lineage: each stage reads the one before it, the version reads the last stage.
     upstream = "landing_batch"

@@ -94,7 +94,10 @@ def test_every_record_is_kept_or_quarantined(spine: Spine) -> None:
         dropped = sum(1 for r in quarantine.to_pylist() if r["stage"] == stage)
         assert kept + dropped == previous, stage
         previous = kept
+    # The default policy applies no quality thresholds; near-dedup finds one pair of pages.
     assert previous >= 50
+    curation = {r["rule"] for r in quarantine.to_pylist() if r["stage"] != "raw_documents"}
+    assert curation == {"near_duplicate"}
 
 
 def test_exact_duplicates_point_at_the_kept_record(spine: Spine) -> None:

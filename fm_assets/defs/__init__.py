@@ -15,12 +15,19 @@ def build_definitions() -> dg.Definitions:
     from fm_assets.defs.curated import build_curated_assets
     from fm_assets.defs.jobs import process_landing_batch
     from fm_assets.defs.landing import build_landing_sensor, landing_batch
+    from fm_assets.defs.registry import quality_classifier_registry
     from fm_assets.defs.resources import FmPlatform
     from fm_assets.defs.shards import shard_set
     from fm_assets.defs.versions import dataset_version
 
     return dg.Definitions(
-        assets=[landing_batch, *build_curated_assets(), dataset_version, shard_set],
+        assets=[
+            landing_batch,
+            *build_curated_assets(),
+            dataset_version,
+            shard_set,
+            quality_classifier_registry,
+        ],
         jobs=[process_landing_batch],
         sensors=[build_landing_sensor(process_landing_batch)],
         resources={"fm": FmPlatform()},

@@ -65,7 +65,7 @@ def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.A
         partitions_def=landing_batches,
         deps=[upstream],
         check_specs=_check_specs(key, entry.name),
-        pool="ray",
+        pool=entry.pool,
         kinds={"ray", "iceberg"},
         description=entry.description,
     )

@@ -11,8 +11,8 @@ import dataclasses
 import hashlib
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import pyarrow as pa
@@ -22,19 +22,29 @@ from fm_assets.storage import schemas
 
 @dataclass(frozen=True)
 class StageResult:
-    """Records a stage kept (in its output schema) and quarantined (QUARANTINED_RECORDS)."""
+    """Records a stage kept (in its output schema) and quarantined (QUARANTINED_RECORDS).
+
+    `side` holds rows for the stage's side tables (e.g. the PII audit), by table name; the
+    runner replaces the batch's partition of each in the same run.
+    """
 
     kept: pa.Table
     quarantined: pa.Table
+    side: dict[str, pa.Table] = field(default_factory=dict)
 
     @classmethod
     def concat(cls, results: Iterable[StageResult], output_schema: pa.Schema) -> StageResult:
         results = list(results)
         kept = [r.kept for r in results if r.kept.num_rows]
         bad = [r.quarantined for r in results if r.quarantined.num_rows]
+        side: dict[str, list[pa.Table]] = {}
+        for r in results:
+            for name, table in r.side.items():
+                side.setdefault(name, []).append(table)
         return cls(
             kept=pa.concat_tables(kept) if kept else output_schema.empty_table(),
             quarantined=pa.concat_tables(bad) if bad else schemas.QUARANTINED_RECORDS.empty_table(),
+            side={name: pa.concat_tables(tables) for name, tables in side.items()},
         )
 
 
@@ -45,6 +55,10 @@ class CombineContext:
     batch_id: str
     # doc_id -> "<batch_id>/<record_id>" of documents already kept by earlier batches.
     earlier_documents: dict[str, str]
+    # Rows of a platform table from every batch but this one (e.g. the near-dup index).
+    read_other_batches: Callable[[str, tuple[str, ...] | None], pa.Table] = lambda table, columns: (
+        pa.table({})
+    )
 
 
 class Stage(ABC):
@@ -58,6 +72,10 @@ class Stage(ABC):
     version: ClassVar[str]
     output_table: ClassVar[str]
     output_schema: ClassVar[pa.Schema]
+    # What `process` returns when `combine` finishes the job (near-dedup: sketches ride along).
+    work_schema: ClassVar[pa.Schema | None] = None
+    # Side tables the stage writes, replaced per batch with its output (see StageResult.side).
+    side_tables: ClassVar[tuple[str, ...]] = ()
 
     def config(self) -> dict[str, object]:
         return dataclasses.asdict(self) if dataclasses.is_dataclass(self) else {}
@@ -99,14 +117,14 @@ def split_kept(
     """
     mask = pa.array(keep_mask, type=pa.bool_())
     columns: dict[str, pa.Array | pa.ChunkedArray] = {}
-    for field in output_schema:
-        if field.name in new_columns:
-            values = new_columns[field.name]
+    for column in output_schema:
+        if column.name in new_columns:
+            values = new_columns[column.name]
             if not isinstance(values, pa.Array):
-                values = pa.array(values, type=field.type)
-            columns[field.name] = values.filter(mask)
+                values = pa.array(values, type=column.type)
+            columns[column.name] = values.filter(mask)
         else:
-            columns[field.name] = batch.column(field.name).filter(mask)
+            columns[column.name] = batch.column(column.name).filter(mask)
     kept = pa.table(columns, schema=output_schema)
     bad = quarantine_rows(
         [

@@ -16,7 +16,7 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, In
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, In, NotEqualTo
 from pyiceberg.table import Table
 
 from fm_assets.settings import Settings
@@ -27,6 +27,14 @@ TABLES: Mapping[str, tuple[pa.Schema, tuple[str, ...]]] = {
     "raw_documents": (schemas.RAW_DOCUMENTS, ("batch_id",)),
     "extracted_documents": (schemas.TEXT_DOCUMENTS, ("batch_id",)),
     "normalized_documents": (schemas.TEXT_DOCUMENTS, ("batch_id",)),
+    "language_tagged_documents": (schemas.LANGUAGE_TAGGED_DOCUMENTS, ("batch_id",)),
+    "quality_scored_documents": (schemas.QUALITY_SCORED_DOCUMENTS, ("batch_id",)),
+    "quality_filtered_documents": (schemas.TEXT_DOCUMENTS, ("batch_id",)),
+    "near_deduplicated_documents": (schemas.TEXT_DOCUMENTS, ("batch_id",)),
+    "neardup_index": (schemas.NEARDUP_INDEX, ("batch_id",)),
+    "pii_redacted_documents": (schemas.TEXT_DOCUMENTS, ("batch_id",)),
+    "pii_redactions": (schemas.PII_REDACTIONS, ("batch_id",)),
+    "quality_classifiers": (schemas.QUALITY_CLASSIFIERS, ()),
     "tokenized_documents": (schemas.TOKENIZED_DOCUMENTS, ("batch_id",)),
     "quarantine": (schemas.QUARANTINE, ("batch_id",)),
     "stage_runs": (schemas.STAGE_RUNS, ("batch_id",)),  # lookups are per batch: prune files
@@ -89,6 +97,10 @@ def load_table(settings: Settings, name: str) -> Table:
 def where_equal(column: str, value: str) -> BooleanExpression:
     """Rows whose `column` equals `value` (pyiceberg's pydantic constructors defeat mypy)."""
     return EqualTo(column, value)  # type: ignore[call-arg, arg-type]
+
+
+def where_not_equal(column: str, value: str) -> BooleanExpression:
+    return NotEqualTo(column, value)  # type: ignore[call-arg, arg-type]
 
 
 def where_in(column: str, values: list[str]) -> BooleanExpression:

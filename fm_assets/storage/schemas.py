@@ -151,3 +151,70 @@ SHARD_SETS = pa.schema(
         pa.field("created_at", pa.timestamp("us", tz="UTC"), nullable=False),
     ]
 )
+
+
+# --- curation stages ---------------------------------------------------------------------------
+
+
+def _quality_score_fields() -> list[pa.Field]:
+    from fm_assets.curation.quality_rules import SCORE_COLUMNS
+
+    return [pa.field(name, dtype, nullable=False) for name, dtype in SCORE_COLUMNS.items()]
+
+
+LANGUAGE_TAGGED_DOCUMENTS = pa.schema(
+    [
+        *TEXT_DOCUMENTS,
+        pa.field("language", pa.string(), nullable=False),  # lid.176 label, "und" if no text
+        pa.field("language_score", pa.float64(), nullable=False),
+    ]
+)
+
+# Scores only: every document of the batch is kept; `quality_filtered_documents` decides.
+QUALITY_SCORED_DOCUMENTS = pa.schema(
+    [
+        *TEXT_DOCUMENTS,
+        pa.field("language", pa.string(), nullable=False),
+        *_quality_score_fields(),
+        pa.field("classifier_sha256", pa.string(), nullable=True),
+        pa.field("classifier_score", pa.float64(), nullable=True),  # P(high quality)
+    ]
+)
+
+
+def _neardup_index() -> pa.Schema:
+    from fm_assets.curation.minhash import NEARDUP_INDEX_SCHEMA
+
+    return pa.schema([pa.field("batch_id", pa.string(), nullable=False), *NEARDUP_INDEX_SCHEMA])
+
+
+# The global near-duplicate index: band hashes of every kept document of every batch.
+NEARDUP_INDEX = _neardup_index()
+
+# One row per redaction; never the redacted value itself.
+PII_REDACTIONS = pa.schema(
+    [
+        pa.field("batch_id", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),  # EMAIL, PHONE, IP_ADDRESS, CREDIT_CARD
+        pa.field("start", pa.int64(), nullable=False),  # span in the text before redaction
+        pa.field("end", pa.int64(), nullable=False),
+        pa.field("rule_version", pa.string(), nullable=False),
+    ]
+)
+
+# Trained fastText quality classifiers, by the sha256 of the model file.
+QUALITY_CLASSIFIERS = pa.schema(
+    [
+        pa.field("model_sha256", pa.string(), nullable=False),
+        pa.field("uri", pa.string(), nullable=False),  # copy inside the object store
+        pa.field("recipe_version", pa.string(), nullable=False),
+        pa.field("holdout_accuracy", pa.float64(), nullable=False),
+        pa.field("holdout_precision", pa.float64(), nullable=False),
+        pa.field("holdout_recall", pa.float64(), nullable=False),
+        pa.field("positives_sha256", pa.string(), nullable=False),
+        pa.field("negatives_sha256", pa.string(), nullable=False),
+        pa.field("report", pa.string(), nullable=False),  # the full ClassifierReport as JSON
+        pa.field("registered_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)

@@ -1,0 +1,115 @@
+"""Quality classifiers registered by the sha256 of their model file, copied into the object store.
+
+`fm classifier train` trains one (fm_assets.curation.quality_classifier), then registers it here:
+the model is copied to `registry/classifiers/<sha256>.bin` and a `quality_classifiers` row keeps
+its held-out accuracy and training-data provenance. A dataset policy names a model by hash; the
+quality stage loads it by that hash on every worker, refusing bytes that do not match.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import hashlib
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from fm_assets.settings import Settings
+from fm_assets.storage import catalog
+from fm_assets.storage.objectstore import filesystem_for, open_object_store
+
+
+@dataclass(frozen=True)
+class ClassifierInfo:
+    model_sha256: str
+    uri: str
+    recipe_version: str
+    holdout_accuracy: float
+    report: dict[str, Any]
+
+
+def register_classifier(settings: Settings, report: Any) -> ClassifierInfo:
+    """Copy a trained model into the registry (once per content hash) and record its report."""
+    path = Path(report.model_path)
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != report.model_sha256:
+        raise ValueError(
+            f"{path} has sha256 {digest}, its training report says {report.model_sha256}"
+        )
+    store = open_object_store(settings)
+    key = f"registry/classifiers/{digest}.bin"
+    if not store.exists(key):
+        store.write_bytes_atomic(key, data)
+    existing = find_classifier(settings, digest)
+    if existing is not None:
+        return existing
+    summary = report.to_dict()
+    row = {
+        "model_sha256": digest,
+        "uri": store.uri(key),
+        "recipe_version": report.recipe_version,
+        "holdout_accuracy": float(report.holdout_accuracy),
+        "holdout_precision": float(report.holdout_precision),
+        "holdout_recall": float(report.holdout_recall),
+        "positives_sha256": report.positives_sha256,
+        "negatives_sha256": report.negatives_sha256,
+        "report": json.dumps(summary, sort_keys=True, default=str),
+        "registered_at": dt.datetime.now(dt.UTC),
+    }
+    catalog.append_rows(settings, "quality_classifiers", pa.Table.from_pylist([row]))
+    return ClassifierInfo(
+        digest, row["uri"], report.recipe_version, row["holdout_accuracy"], summary
+    )
+
+
+def find_classifier(settings: Settings, model_sha256: str) -> ClassifierInfo | None:
+    """The registered classifier whose sha256 starts with `model_sha256` (a prefix will do)."""
+    rows = catalog.read_table(settings, "quality_classifiers").to_pylist()
+    found = [r for r in rows if r["model_sha256"].startswith(model_sha256)]
+    if len(found) > 1:
+        raise ValueError(f"classifier prefix {model_sha256} is ambiguous; give more characters")
+    if not found:
+        return None
+    r = found[0]
+    return ClassifierInfo(
+        r["model_sha256"],
+        r["uri"],
+        r["recipe_version"],
+        r["holdout_accuracy"],
+        json.loads(r["report"]),
+    )
+
+
+def require_classifier(settings: Settings, model_sha256: str) -> ClassifierInfo:
+    info = find_classifier(settings, model_sha256)
+    if info is None:
+        raise ValueError(
+            f"no quality classifier {model_sha256} is registered; train one with "
+            "`fm classifier train --default-recipe` (or --positive/--negative files)"
+        )
+    return info
+
+
+@functools.lru_cache(maxsize=4)
+def load_registered_classifier(uri: str, model_sha256: str, s3_endpoint: str | None) -> Any:
+    """Fetch a registered model into a per-process temp file (fastText loads from a path)."""
+    from fm_assets.curation.quality_classifier import load_classifier
+
+    fs, path = filesystem_for(uri, s3_endpoint)
+    with fs.open_input_stream(path, compression=None) as f:
+        data = f.read()
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != model_sha256:
+        raise ValueError(
+            f"classifier at {uri} has sha256 {actual}, registered as {model_sha256}: the registry "
+            "copy was modified; register the model again with `fm classifier train`"
+        )
+    local = Path(tempfile.mkdtemp(prefix="fm-classifier-")) / f"{model_sha256}.bin"
+    local.write_bytes(data)
+    return load_classifier(local)

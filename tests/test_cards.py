@@ -1,0 +1,269 @@
+"""Dataset cards over a small platform state written straight into a fresh catalog (no Ray)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from fm_assets import pipeline
+from fm_assets.cards import DatasetCard, build_card, write_card, write_card_to_store
+from fm_assets.settings import Settings, load_settings
+from fm_assets.storage import catalog
+from fm_assets.storage.objectstore import open_object_store
+from fm_assets.versions import DatasetVersion, create_version
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+NOW = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+STAGES = pipeline.STAGE_NAMES
+
+
+def _fill(table: str, rows: Sequence[Mapping[str, object]]) -> pa.Table:
+    """Rows of `table` with every column the test does not care about set to a plain value."""
+    schema = catalog.table_schema(table)
+    defaults: dict[str, object] = {}
+    for field in schema:
+        if pa.types.is_timestamp(field.type):
+            defaults[field.name] = NOW
+        elif field.nullable:
+            defaults[field.name] = None
+        elif pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+            defaults[field.name] = ""
+        elif pa.types.is_binary(field.type) or pa.types.is_large_binary(field.type):
+            defaults[field.name] = b""
+        elif pa.types.is_boolean(field.type):
+            defaults[field.name] = False
+        elif pa.types.is_list(field.type) or pa.types.is_large_list(field.type):
+            defaults[field.name] = []
+        else:
+            defaults[field.name] = 0
+    return pa.Table.from_pylist([defaults | dict(row) for row in rows], schema=schema)
+
+
+def _doc(doc_id: str, batch: str, source: str, **extra: object) -> dict[str, object]:
+    return {"doc_id": doc_id, "batch_id": batch, "record_id": doc_id, "source": source} | extra
+
+
+@dataclass(frozen=True)
+class Batch:
+    batch_id: str
+    source: str
+    kept: list[tuple[int, list[str]]]  # (n, doc ids): the next n stages keep these documents
+    quarantined: dict[str, list[str]]  # stage -> rules, one per quarantined record
+    languages: dict[str, str]
+    texts: dict[str, tuple[str, int]]  # final doc id -> (text, num_tokens)
+
+    def rows(self, stage: str) -> list[dict[str, object]]:
+        kept = [ids for n, ids in self.kept for _ in range(n)][STAGES.index(stage)]
+        return [
+            _doc(d, self.batch_id, self.source, language=self.languages.get(d, "en"))
+            | (
+                {"text": self.texts[d][0], "num_tokens": self.texts[d][1]}
+                if d in self.texts
+                else {}
+            )
+            for d in kept
+        ]
+
+
+def _write(settings: Settings, batches: list[Batch], pii: list[tuple[str, str, str]]) -> None:
+    """Every table's rows for `batches`, one commit per table, quarantine and PII first as the
+    runner commits them; `pii` holds (batch, doc id, kind)."""
+    where = catalog.where_in("batch_id", [b.batch_id for b in batches])
+    quarantine = [
+        {"batch_id": b.batch_id, "stage": stage, "record_id": f"{stage}-{i}", "rule": rule}
+        for b in batches
+        for stage, rules in b.quarantined.items()
+        for i, rule in enumerate(rules)
+    ]
+    catalog.replace_rows(settings, "quarantine", _fill("quarantine", quarantine), where)
+    redactions = [{"batch_id": b, "doc_id": d, "kind": k} for b, d, k in pii]
+    catalog.replace_rows(settings, "pii_redactions", _fill("pii_redactions", redactions), where)
+    for stage in STAGES:
+        rows = [row for b in batches for row in b.rows(stage)]
+        catalog.replace_rows(settings, stage, _fill(stage, rows), where)
+    runs = [
+        {"batch_id": b.batch_id, "stage": s, "code_version": "1", "stage_key": s}
+        for b in batches
+        for s in STAGES
+    ]
+    catalog.append_rows(settings, "stage_runs", _fill("stage_runs", runs))
+
+
+D = [f"d{i}" for i in range(1, 7)]
+E = [f"e{i}" for i in range(1, 5)]
+BATCHES = [
+    # 9 records: 3 dropped at raw, then one each at extraction, language and quality.
+    Batch(
+        "b1",
+        "news",
+        kept=[(1, D), (2, D[:5]), (2, D[:4]), (4, D[:3])],
+        quarantined={
+            "raw_documents": ["exact_duplicate", "exact_duplicate", "record_too_large"],
+            "extracted_documents": ["extraction_empty"],
+            "language_tagged_documents": ["language_not_allowed"],
+            "quality_filtered_documents": ["gopher_min_words"],
+        },
+        languages={"d1": "en", "d2": "de", "d3": "en"},
+        texts={"d1": ("héllo wörld", 10), "d2": ("hallo", 20), "d3": ("x" * 40, 30)},
+    ),
+    # 4 records and a near-duplicate.
+    Batch(
+        "b2",
+        "forum",
+        kept=[(6, E), (3, E[:3])],
+        quarantined={"near_deduplicated_documents": ["near_duplicate"]},
+        languages={"e1": "en", "e2": "fr", "e3": "en"},
+        texts={"e1": ("a" * 7, 5), "e2": ("bonjour", 7), "e3": ("z" * 300, 100)},
+    ),
+    # Outside the version: none of its rows may show up on the card.
+    Batch(
+        "b3",
+        "other",
+        kept=[(9, ["x1"])],
+        quarantined={"raw_documents": ["exact_duplicate"] * 5},
+        languages={},
+        texts={"x1": ("other", 1000)},
+    ),
+]
+PII = [
+    ("b1", "d1", "EMAIL"),
+    ("b1", "d1", "EMAIL"),
+    ("b1", "d2", "PHONE"),
+    ("b1", "d5", "EMAIL"),  # d5 was dropped before the PII stage: must not count
+    ("b2", "e1", "EMAIL"),
+    ("b3", "x1", "CREDIT_CARD"),
+]
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, DatasetVersion]:
+    """Two batches cut into web@v1, then b1 rerun with other quarantine and PII rows."""
+    settings = load_settings({"FM_HOME": str(tmp_path_factory.mktemp("fm-home"))})
+    _write(settings, BATCHES, PII)
+    version, created = create_version(settings, "web@v1", ["b1", "b2"], run_id=None)
+    assert created
+    # After the cut: the card must keep describing the version as it was cut.
+    b1 = catalog.where_equal("batch_id", "b1")
+    late = _fill("quarantine", [{"batch_id": "b1", "stage": "raw_documents", "rule": "late"}])
+    catalog.replace_rows(settings, "quarantine", late, b1)
+    late_pii = _fill("pii_redactions", [{"batch_id": "b1", "doc_id": "d1", "kind": "IP_ADDRESS"}])
+    catalog.replace_rows(settings, "pii_redactions", late_pii, b1)
+    return settings, version
+
+
+@pytest.fixture(scope="module")
+def card(state: tuple[Settings, DatasetVersion]) -> DatasetCard:
+    return build_card(*state)
+
+
+def test_card_figures(state: tuple[Settings, DatasetVersion], card: DatasetCard) -> None:
+    settings, version = state
+    s = card.summary
+    assert (s["documents"], s["tokens"]) == (6, 172)
+    assert s["by_source"] == {
+        "forum": {"documents": 3, "tokens": 112},
+        "news": {"documents": 3, "tokens": 60},
+    }
+    assert s["by_language"] == {
+        "de": {"documents": 1, "tokens": 20},
+        "en": {"documents": 4, "tokens": 145},
+        "fr": {"documents": 1, "tokens": 7},
+    }
+    flow = {w["stage"]: (w["records_in"], w["quarantined"], w["kept"]) for w in s["waterfall"]}  # type: ignore[attr-defined, index]
+    assert [w["stage"] for w in s["waterfall"]] == list(STAGES)  # type: ignore[attr-defined, index]
+    assert flow == {
+        "raw_documents": (13, {"exact_duplicate": 2, "record_too_large": 1}, 10),
+        "extracted_documents": (10, {"extraction_empty": 1}, 9),
+        "normalized_documents": (9, {}, 9),
+        "language_tagged_documents": (9, {"language_not_allowed": 1}, 8),
+        "quality_scored_documents": (8, {}, 8),
+        "quality_filtered_documents": (8, {"gopher_min_words": 1}, 7),
+        "near_deduplicated_documents": (7, {"near_duplicate": 1}, 6),
+        "pii_redacted_documents": (6, {}, 6),
+        "tokenized_documents": (6, {}, 6),
+    }
+    assert all(w["unaccounted"] == 0 for w in s["waterfall"])  # type: ignore[attr-defined, index]
+    dedup = s["dedup"]
+    assert dedup["exact"]["duplicates"] == 2 and dedup["exact"]["ratio"] == 2 / 13  # type: ignore[index]
+    assert dedup["near"]["duplicates"] == 1 and dedup["near"]["ratio"] == 1 / 7  # type: ignore[index]
+    assert s["pii"] == {
+        "EMAIL": {"redactions": 3, "documents": 2},
+        "PHONE": {"redactions": 1, "documents": 1},
+    }
+    lengths = s["lengths"]
+    assert lengths["tokens"] == {  # type: ignore[index]
+        "min": 5, "p50": 15.0, "p90": 65.0, "p99": 96.5, "max": 100, "mean": 28.667,
+    }  # fmt: skip
+    assert (lengths["characters"]["min"], lengths["characters"]["max"]) == (5, 300)  # type: ignore[index]
+    json.dumps(s)  # the summary goes into asset metadata as is
+
+    md = card.markdown
+    for name, data in card.plots.items():
+        assert f"]({name})" in md
+        assert data.startswith(PNG_SIGNATURE)
+    assert sorted(card.plots) == [
+        "characters_per_document.png",
+        "tokens_per_document.png",
+        "waterfall.png",
+    ]
+    assert "| raw_documents | 13 | 3 | 10 | exact_duplicate 2, record_too_large 1 |" in md
+    assert "| exact | raw_documents | 2 | 13 | 15.38% |" in md
+    assert "| EMAIL | 3 | 2 |" in md
+    assert "Not checked for this card." in md
+    assert "other" not in md and "CREDIT_CARD" not in md and "late" not in md
+
+    again = build_card(settings, version, contamination={"mmlu": {"items": 2}, "gsm8k": "clean"})
+    assert again.markdown.split("## Contamination")[0] == md.split("## Contamination")[0]
+    assert '| gsm8k | clean |\n| mmlu | {"items": 2} |' in again.markdown
+    assert again.summary["contamination"] == {"gsm8k": "clean", "mmlu": {"items": 2}}
+
+
+def test_card_files(
+    state: tuple[Settings, DatasetVersion], card: DatasetCard, tmp_path: Path
+) -> None:
+    settings, _ = state
+    paths = write_card(card, tmp_path / "card")
+    assert [p.name for p in paths][-1] == "dataset_card.md"
+    assert sorted(p.name for p in (tmp_path / "card").iterdir()) == sorted(
+        ["dataset_card.md", *card.plots]
+    )
+    assert (tmp_path / "card" / "dataset_card.md").read_text() == card.markdown
+    store = open_object_store(settings)
+    uris = write_card_to_store(card, store, "cards/web@v1/")
+    assert uris[-1] == store.uri("cards/web@v1/dataset_card.md")
+    assert store.read_bytes("cards/web@v1/waterfall.png") == card.plots["waterfall.png"]
+
+
+def test_card_of_version_whose_documents_were_all_dropped(fm_settings: Settings) -> None:
+    """One batch, everything quarantined by quality: later stage tables never had a row."""
+    batch = Batch(
+        "b1",
+        "news",
+        kept=[(5, ["d1", "d2"]), (4, [])],
+        quarantined={"quality_filtered_documents": ["gopher_min_words"] * 2},
+        languages={},
+        texts={},
+    )
+    _write(fm_settings, [batch], [])
+    version, _ = create_version(fm_settings, "web@v1", ["b1"], run_id=None)
+
+    card = build_card(fm_settings, version)
+    s = card.summary
+    assert (s["documents"], s["tokens"], s["by_source"], s["pii"]) == (0, 0, {}, {})
+    assert s["waterfall"][5] == {  # type: ignore[index]
+        "stage": "quality_filtered_documents",
+        "records_in": 2,
+        "quarantined": {"gopher_min_words": 2},
+        "kept": 0,
+        "unaccounted": 0,
+    }
+    assert s["dedup"]["near"]["ratio"] == 0.0  # type: ignore[index]
+    assert s["lengths"] == {"tokens": None, "characters": None}
+    assert "No PII was redacted" in card.markdown
+    assert all(data.startswith(PNG_SIGNATURE) for data in card.plots.values())
