@@ -51,6 +51,12 @@ class ShardSetBuild:
     created: bool
 
 
+def shard_set_prefix(version_key: str, config: str) -> str:
+    """Where a shard set lives inside the object store (its dataset card in `card/` below)."""
+    dataset, number = parse_version_key(version_key)
+    return f"shards/{dataset}/v{number}/{config}"
+
+
 def shard_config_key(tokenizer_hash: str, seq_len: int) -> str:
     if seq_len < 8:
         raise ValueError(f"--seq-len must be at least 8, got {seq_len}")
@@ -138,11 +144,10 @@ def build_shard_set(
     from fm_assets.shard_writer import ShardSetHeader
 
     version = require_version(settings, version_key)
-    dataset, number = parse_version_key(version_key)
     config = shard_config_key(tokenizer.tokenizer_hash, seq_len)
     key = shard_set_key(version_key, config)
     store = open_object_store(settings)
-    prefix = f"shards/{dataset}/v{number}/{config}"
+    prefix = shard_set_prefix(version_key, config)
     manifest_key = f"{prefix}/{MANIFEST_NAME}"
     existing = read_shard_set_row(settings, key)
     if existing is not None and store.exists(manifest_key):

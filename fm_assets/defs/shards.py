@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from fm_assets.cards import build_card, write_card_to_store
 from fm_assets.checks.shard_checks import (
     published_copy,
     samples_carry_provenance,
@@ -12,7 +13,13 @@ from fm_assets.defs.checks import to_check_result
 from fm_assets.defs.partitions import shard_set_partitions
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.defs.versions import DATASET_VERSION
-from fm_assets.shard_sets import build_shard_set, parse_shard_config, shard_set_key
+from fm_assets.shard_sets import (
+    build_shard_set,
+    parse_shard_config,
+    shard_set_key,
+    shard_set_prefix,
+)
+from fm_assets.storage.objectstore import open_object_store
 from fm_assets.tokenizer_registry import resolve_tokenizer
 from fm_assets.versions import require_version
 
@@ -78,6 +85,10 @@ def shard_set(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.Materiali
             samples_carry_provenance(directory, manifest, settings, version),
         ]
     partition = shard_set_key(version_key, config)
+    card = build_card(settings, version)
+    card_uris = write_card_to_store(
+        card, open_object_store(settings), f"{shard_set_prefix(version_key, config)}/card"
+    )
     return dg.MaterializeResult(
         metadata={
             "shard_set_key": manifest.shard_set_key,
@@ -92,6 +103,7 @@ def shard_set(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.Materiali
             "tokenizer_hash": manifest.tokenizer_hash,
             "schema_fingerprint": manifest.schema_fingerprint,
             "shards": len(manifest.shards),
+            "dataset_card": dg.MetadataValue.url(card_uris[-1]),
         },
         check_results=[
             to_check_result(settings, SHARD_SET, partition, outcome, context.run.run_id)

@@ -3,10 +3,12 @@
 import dagster as dg
 from pydantic import Field
 
+from fm_assets.cards import build_card, write_card_to_store
 from fm_assets.checks.data_checks import CheckOutcome
 from fm_assets.defs.checks import to_check_result
 from fm_assets.defs.partitions import dataset_versions
 from fm_assets.defs.resources import FmPlatform
+from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions import create_version, version_counts_match
 
 DATASET_VERSION = dg.AssetKey("dataset_version")
@@ -44,6 +46,10 @@ def dataset_version(
     )
     passed, description = version_counts_match(settings, version)
     outcome = CheckOutcome("version_counts_match", passed, description)
+    card = build_card(settings, version)
+    card_uris = write_card_to_store(
+        card, open_object_store(settings), f"cards/{version.version_key}"
+    )
     return dg.MaterializeResult(
         metadata={
             "created": created,
@@ -54,6 +60,9 @@ def dataset_version(
             "tokenizer_hash": version.tokenizer_hash,
             "snapshot_ids": dg.MetadataValue.json(version.snapshot_ids),
             "code_versions": dg.MetadataValue.json(version.code_versions),
+            "dataset_card": dg.MetadataValue.md(card.markdown),
+            "dataset_card_uri": dg.MetadataValue.url(card_uris[-1]),
+            "card_summary": dg.MetadataValue.json(card.summary),
         },
         check_results=[
             to_check_result(
