@@ -40,46 +40,61 @@ class Block:
         count, seq_len = raw.input_ids.shape
         self.raw, self.seq_len = raw, seq_len
         segments, lengths, starts, num_real = _segments(raw, seq_len)
-        ids = raw.input_ids.astype(np.int64)
-        columns = np.arange(seq_len)
+        ids = raw.input_ids.astype(np.int64, copy=False)
 
-        labels = np.full((count, seq_len), IGNORE_INDEX, dtype=np.int64)
-        labels[:, :-1] = ids[:, 1:]
-        labels[columns[None, :] >= (num_real - 1)[:, None]] = IGNORE_INDEX
-        labels[segments, starts + lengths - 1] = IGNORE_INDEX  # no loss across a boundary
+        # Every position belongs to one run: a document segment, or a sample's padding tail.
+        # Work on the flattened block with one run table instead of [B, L] masks.
+        padded = np.flatnonzero(num_real < seq_len)
+        run_sample = np.concatenate([segments, padded])
+        run_start = np.concatenate([starts, num_real[padded]])
+        run_length = np.concatenate([lengths, seq_len - num_real[padded]])
+        order = np.lexsort((run_start, run_sample))
+        run_flat = (run_sample * seq_len + run_start)[order]
+        run_length = run_length[order]
+        is_pad = np.concatenate(
+            [np.zeros(len(segments), dtype=bool), np.ones(len(padded), dtype=bool)]
+        )[order]
+        total = count * seq_len
+        position_ids = np.arange(total, dtype=np.int64) - np.repeat(run_flat, run_length)
 
-        # Start of the segment (or padding tail) holding each position: starts increase along
-        # a row, so a running maximum of the marks spreads each start over its segment.
-        marks = np.zeros((count, seq_len), dtype=np.int64)
-        marks[segments, starts] = starts
-        padded = num_real < seq_len
-        marks[np.flatnonzero(padded), num_real[padded]] = num_real[padded]
-        position_ids = columns[None, :] - np.maximum.accumulate(marks, axis=1)
+        labels = np.empty(total, dtype=np.int64)
+        flat_ids = ids.reshape(-1)
+        labels[:-1] = flat_ids[1:]
+        labels[run_flat + run_length - 1] = IGNORE_INDEX  # no loss across a boundary
+        for start, length in zip(
+            run_flat[is_pad].tolist(), run_length[is_pad].tolist(), strict=True
+        ):
+            labels[start : start + length] = IGNORE_INDEX  # padding predicts nothing
 
-        # Flat boundaries over the batch: 0, then each sample's segment ends and its
-        # padding end, shifted by b * seq_len.
-        ends = np.concatenate(
-            [segments * seq_len + starts + lengths, np.flatnonzero(padded) * seq_len + seq_len]
-        )
-        self.cu_seqlens = np.concatenate([[0], np.sort(ends)]).astype(np.int32)
+        # Flat boundaries over the batch: 0, then the end of every run.
+        self.cu_seqlens = np.concatenate([[0], run_flat + run_length]).astype(np.int32)
         self._sample_starts = np.searchsorted(self.cu_seqlens, np.arange(count + 1) * seq_len)
         self.num_real = num_real
-        self.input_ids = torch.from_numpy(ids)
-        self.labels = torch.from_numpy(labels)
-        self.loss_mask = self.labels != IGNORE_INDEX
-        self.position_ids = torch.from_numpy(position_ids)
+        # numpy, not torch: torch splits element-wise ops over intra-op threads above 32k
+        # elements, which costs far more than it saves on a busy trainer host.
+        labels = labels.reshape(count, seq_len)
+        self.arrays = {
+            "input_ids": ids,
+            "labels": labels,
+            "loss_mask": labels != IGNORE_INDEX,
+            "position_ids": position_ids.reshape(count, seq_len),
+        }
+        self._rows: dict[str, tuple[torch.Tensor, ...]] | None = None
 
     def __len__(self) -> int:
         return len(self.raw.doc_ids)
 
     def sample(self, i: int) -> dict[str, Any]:
+        if self._rows is None:  # one C call per column instead of one indexing per sample
+            self._rows = {k: torch.from_numpy(v).unbind(0) for k, v in self.arrays.items()}
+        rows = self._rows
         a, b = self._sample_starts[i], self._sample_starts[i + 1]
         cu = self.cu_seqlens[a : b + 1] - np.int32(i * self.seq_len)
         return {
-            "input_ids": self.input_ids[i],
-            "labels": self.labels[i],
-            "loss_mask": self.loss_mask[i],
-            "position_ids": self.position_ids[i],
+            "input_ids": rows["input_ids"][i],
+            "labels": rows["labels"][i],
+            "loss_mask": rows["loss_mask"][i],
+            "position_ids": rows["position_ids"][i],
             "cu_seqlens": torch.from_numpy(cu),
             "doc_ids": self.raw.doc_ids[i],
             "sample_index": int(self.raw.sample_index[i]),
@@ -89,19 +104,24 @@ class Block:
 
     def batch(self) -> dict[str, Any]:
         """The block as one batch, in the layout `fm_loader.collate` produces."""
-        cu = torch.from_numpy(self.cu_seqlens)
+        return as_tensors(self.batch_arrays())
+
+    def batch_arrays(self) -> dict[str, Any]:
+        """`batch()` with numpy arrays: they cross process pipes far cheaper than tensors."""
         return {
-            "input_ids": self.input_ids,
-            "labels": self.labels,
-            "loss_mask": self.loss_mask,
-            "position_ids": self.position_ids,
-            "cu_seqlens": cu,
-            "max_seqlen": int((cu[1:] - cu[:-1]).max()),
+            **self.arrays,
+            "cu_seqlens": self.cu_seqlens,
+            "max_seqlen": int(np.diff(self.cu_seqlens).max()),
             "doc_ids": self.raw.doc_ids,
-            "sample_index": torch.from_numpy(self.raw.sample_index.astype(np.int64)),
-            "num_tokens": torch.from_numpy(self.num_real),
-            "source": torch.from_numpy(self.raw.source.astype(np.int64)),
+            "sample_index": self.raw.sample_index.astype(np.int64),
+            "num_tokens": self.num_real,
+            "source": self.raw.source.astype(np.int64),
         }
+
+
+def as_tensors(batch: dict[str, Any]) -> dict[str, Any]:
+    """numpy arrays of a `batch_arrays()` dict as torch tensors (no copy)."""
+    return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
 
 
 Int64s = npt.NDArray[np.int64]

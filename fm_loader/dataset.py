@@ -112,10 +112,14 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
                 self._yielded += 1  # before the yield: the consumer holds it once next() returns
                 yield sample
 
-    def batch_stream(self, worker: int = 0, num_workers: int = 1) -> Iterator[Batch]:
-        """Collated batches of `batch_size` samples this rank and worker serve, built whole."""
+    def batch_stream(
+        self, worker: int = 0, num_workers: int = 1, *, arrays: bool = False
+    ) -> Iterator[Batch]:
+        """Collated batches of `batch_size` samples this rank and worker serve, built whole
+        (as numpy arrays with `arrays=True`)."""
         for sources, ids in self._groups(worker, num_workers, self.batch_size):
-            yield self._block(sources, ids).batch()
+            block = self._block(sources, ids)
+            yield block.batch_arrays() if arrays else block.batch()
 
     def _groups(
         self, worker: int, num_workers: int, size: int
@@ -140,7 +144,7 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
 
     def _block(self, sources: npt.NDArray[np.intp], ids: npt.NDArray[np.int64]) -> Block:
         seq_len = self.manifest.seq_len
-        tokens = np.empty((len(ids), seq_len), dtype=np.int64)
+        tokens = np.empty((len(ids), seq_len), dtype=self.manifest.token_dtype)
         spans: list[npt.NDArray[np.int32]] = [np.empty(0, np.int32)] * len(ids)
         doc_ids: list[list[str]] = [[]] * len(ids)
         for s, shards in enumerate(self._shards):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import mmap
+import struct
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from fm_loader.manifest import INDEX_NAME, ShardSetManifest, mds_columns
 if TYPE_CHECKING:
     from fm_loader.cache import RemoteShards
 
+_OFFSET_PAIR = struct.Struct("<II")  # MDS: consecutive uint32 sample offsets / column sizes
 REBUILD_HINT = "rebuild it with `fm shards build {version} --tokenizer PATH --seq-len {seq_len}`"
 
 
@@ -55,7 +57,6 @@ class ShardSet:
         self._readers = [reader_from_json(str(directory), None, s) for s in index["shards"]]
         self._bounds = np.cumsum([0] + [s.samples for s in manifest.shards])
         self._maps: dict[int, mmap.mmap] = {}
-        self._offsets: dict[int, npt.NDArray[np.uint32]] = {}  # per mapped shard: sample offsets
         spans_coder = _get_coder(mds_columns(manifest.seq_len, manifest.token_dtype)["doc_spans"])
         if spans_coder is None:  # only if mosaicml-streaming dropped the ndarray encoding
             raise ValueError("mosaicml-streaming has no ndarray:int32 decoder; reinstall it")
@@ -70,7 +71,7 @@ class ShardSet:
         # Memory maps do not pickle (spawned DataLoader workers); a worker re-opens and
         # re-verifies the shards it uses.
         state = self.__dict__.copy()
-        state["_maps"], state["_offsets"] = {}, {}
+        state["_maps"] = {}
         return state
 
     def _read_index(self) -> dict[str, Any]:
@@ -124,9 +125,6 @@ class ShardSet:
             mapped, problem = self._map_verified(shard)
             if mapped is not None:
                 self._maps[shard] = mapped
-                self._offsets[shard] = np.frombuffer(
-                    mapped, np.uint32, count=self.manifest.shards[shard].samples + 1, offset=4
-                )
                 self.fetch_latencies.append(time.perf_counter() - started)
                 return mapped
         raise ValueError(f"{problem}; {self.corrupt_hint}")
@@ -187,21 +185,29 @@ class ShardSet:
         shards = np.searchsorted(self._bounds, indices, side="right") - 1
         if len(indices) and (indices.min() < 0 or indices.max() >= len(self)):
             raise IndexError(f"sample indices out of range [0, {len(self)})")
+        bounds = self._bounds
         for row, (index, shard) in enumerate(zip(indices.tolist(), shards.tolist(), strict=True)):
-            mapped = self._open(shard)
-            offsets = self._offsets[shard]
-            local = index - int(self._bounds[shard])
-            begin, end = int(offsets[local]), int(offsets[local + 1])
+            mapped = self._maps.get(shard) or self._open(shard)
+            local = index - int(bounds[shard])
+            begin, end = _OFFSET_PAIR.unpack_from(mapped, 4 * (1 + local))
             tokens[row] = np.frombuffer(mapped, dtype, count=seq_len, offset=end - width)
-            ids_size, spans_size = np.frombuffer(mapped, np.uint32, count=2, offset=begin).tolist()
+            ids_size, spans_size = _OFFSET_PAIR.unpack_from(mapped, begin)
             at = begin + 8
             doc_ids.append(mapped[at : at + ids_size].decode("utf-8").split("\n"))
             at += ids_size
-            spans.append(self._spans_coder.decode(mapped[at : at + spans_size]))
+            spans.append(self._decode_spans(mapped, at, spans_size))
         return tokens, spans, doc_ids
 
+    def _decode_spans(self, mapped: mmap.mmap, at: int, size: int) -> npt.NDArray[np.int32]:
+        """The doc_spans column: MDS's 1-D dynamic-shape ndarray read in place (one header byte,
+        the shape, then int32 values); anything else goes through MDS's own decoder."""
+        header = mapped[at]
+        if header >> 2 == 1:  # one dimension
+            skip = 1 + (1 << (header & 3))
+            return np.frombuffer(mapped, np.int32, count=(size - skip) // 4, offset=at + skip)
+        return self._spans_coder.decode(mapped[at : at + size])  # type: ignore[no-any-return]
+
     def close(self) -> None:
-        self._offsets.clear()  # views into the maps: they must go before the maps can close
         for mapped in self._maps.values():
             mapped.close()
         self._maps.clear()
