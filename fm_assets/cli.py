@@ -138,6 +138,31 @@ def tokenizer_train(paths: tuple[str, ...], out: str, vocab_size: int) -> None:
 
 
 @main.group()
+def registry() -> None:
+    """The contamination registry: held-out eval sets that must never reach training data."""
+
+
+@registry.command("add")
+@click.argument("name")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--fields", required=True, help="Comma-separated text fields, e.g. question,answer.")
+def registry_add(name: str, path: str, fields: str) -> None:
+    """Register eval set NAME from PATH (JSONL, JSONL.gz, Arrow or Parquet); prints NAME last.
+
+    Every dataset version is then re-scanned by the contamination_registry_sensor (under
+    `fm dev`), and the next run of any batch decontaminates against it.
+    """
+    from fm_assets.operations import ChecksFailed, register_benchmark
+
+    names = [f.strip() for f in fields.split(",") if f.strip()]
+    try:
+        register_benchmark(load_settings(), name, Path(path), names, _echo)
+    except (ChecksFailed, ValueError) as exc:
+        _fail(exc)
+    click.echo(name)
+
+
+@main.group()
 def classifier() -> None:
     """Quality classifiers (fastText, DCLM-style)."""
 

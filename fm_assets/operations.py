@@ -156,3 +156,21 @@ def train_classifier(
     instance.add_dynamic_partitions("quality_classifier", [info.model_sha256])
     materialize(settings, ["quality_classifier_registry"], info.model_sha256, log)
     return info.model_sha256
+
+
+def register_benchmark(
+    settings: Settings, benchmark: str, path: Path, fields: list[str], log: Log
+) -> None:
+    """Register an eval set as a partition of `contamination_registry`, through Dagster."""
+    if not path.is_file():
+        raise ValueError(f"eval-set file {path} does not exist")
+    instance = dagster_instance(settings)
+    instance.add_dynamic_partitions("benchmark", [benchmark])
+    config = {"path": str(path.resolve()), "fields": fields}
+    materialize(
+        settings,
+        ["contamination_registry"],
+        benchmark,
+        log,
+        run_config={"ops": {"contamination_registry": {"config": config}}},
+    )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from fm_assets.policy import DatasetPolicy
 from fm_assets.settings import Settings
 from fm_assets.stages.base import Stage
+from fm_assets.stages.decontaminate import DecontaminateStage
 from fm_assets.stages.extract import ExtractStage
 from fm_assets.stages.language import LanguageStage
 from fm_assets.stages.neardup import NearDupStage
@@ -33,6 +34,18 @@ def _quality_scores(settings: Settings, policy: DatasetPolicy) -> Stage:
         classifier_sha256=info.model_sha256,
         classifier_uri=info.uri,
         s3_endpoint=settings.s3_endpoint,
+    )
+
+
+def _decontaminate(settings: Settings, policy: DatasetPolicy) -> Stage:
+    from fm_assets.contamination.registry import CONTAMINATION_RULES_VERSION
+    from fm_assets.contamination.store import registry_ref
+
+    return DecontaminateStage(
+        registry=registry_ref(settings),
+        mode=policy.decontamination,
+        rules_version=CONTAMINATION_RULES_VERSION,
+        settings=settings,
     )
 
 
@@ -100,6 +113,12 @@ CURATION_STAGES: tuple[StageEntry, ...] = (
         "pii_redacted_documents",
         lambda s, p: PiiStage(enabled=p.pii_redaction),
         "Emails, phones, public IPs and card numbers replaced by tokens; audit in pii_redactions.",
+    ),
+    StageEntry(
+        "decontaminated_documents",
+        _decontaminate,
+        "Documents holding a registered eval item (n-gram overlap, numbers masked) dropped or "
+        "redacted; mandatory before tokenization.",
     ),
     StageEntry(
         "tokenized_documents",

@@ -15,7 +15,13 @@ def build_definitions() -> dg.Definitions:
     from fm_assets.defs.curated import build_curated_assets
     from fm_assets.defs.jobs import process_landing_batch
     from fm_assets.defs.landing import build_landing_sensor, landing_batch
-    from fm_assets.defs.registry import quality_classifier_registry
+    from fm_assets.defs.registry import (
+        contamination_registry,
+        contamination_registry_sensor,
+        contamination_scan,
+        quality_classifier_registry,
+        rescan_versions,
+    )
     from fm_assets.defs.resources import FmPlatform
     from fm_assets.defs.shards import shard_set
     from fm_assets.defs.versions import dataset_version
@@ -27,9 +33,11 @@ def build_definitions() -> dg.Definitions:
             dataset_version,
             shard_set,
             quality_classifier_registry,
+            contamination_registry,
+            contamination_scan,
         ],
-        jobs=[process_landing_batch],
-        sensors=[build_landing_sensor(process_landing_batch)],
+        jobs=[process_landing_batch, rescan_versions],
+        sensors=[build_landing_sensor(process_landing_batch), contamination_registry_sensor],
         resources={"fm": FmPlatform()},
         executor=dg.in_process_executor,
     )

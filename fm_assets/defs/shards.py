@@ -9,6 +9,7 @@ from fm_assets.checks.shard_checks import (
     shard_checksums_valid,
     token_counts_match_version,
 )
+from fm_assets.contamination.scan import no_contaminated_samples
 from fm_assets.defs.checks import to_check_result
 from fm_assets.defs.partitions import shard_set_partitions
 from fm_assets.defs.resources import FmPlatform
@@ -29,6 +30,8 @@ _CHECKS = {
     "shard_checksums_valid": "Every shard's sha256 matches the manifest.",
     "token_counts_match_version": "Shards hold exactly the tokens of the version's documents.",
     "samples_carry_provenance": "Every sample names documents of the version with valid spans.",
+    "no_contaminated_samples": "The gate: no sample holds a document matching the contamination "
+    "registry as it stands when the shard set is built.",
 }
 
 
@@ -37,12 +40,13 @@ _CHECKS = {
     group_name="shards",
     partitions_def=shard_set_partitions,
     deps=[
+        dg.AssetDep("contamination_registry", partition_mapping=dg.AllPartitionMapping()),
         dg.AssetDep(
             DATASET_VERSION,
             partition_mapping=dg.MultiToSingleDimensionPartitionMapping(
                 partition_dimension_name="version"
             ),
-        )
+        ),
     ],
     kinds={"ray"},
     pool="ray",
@@ -83,6 +87,7 @@ def shard_set(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.Materiali
             shard_checksums_valid(directory, manifest),
             token_counts_match_version(manifest, build.documents_tokens),
             samples_carry_provenance(directory, manifest, settings, version),
+            no_contaminated_samples(settings, directory, manifest, version),
         ]
     partition = shard_set_key(version_key, config)
     card = build_card(settings, version)

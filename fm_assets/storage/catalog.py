@@ -35,6 +35,12 @@ TABLES: Mapping[str, tuple[pa.Schema, tuple[str, ...]]] = {
     "pii_redacted_documents": (schemas.TEXT_DOCUMENTS, ("batch_id",)),
     "pii_redactions": (schemas.PII_REDACTIONS, ("batch_id",)),
     "quality_classifiers": (schemas.QUALITY_CLASSIFIERS, ()),
+    "decontaminated_documents": (schemas.TEXT_DOCUMENTS, ("batch_id",)),
+    "contamination_matches": (schemas.CONTAMINATION_MATCHES, ("batch_id",)),
+    "contamination_items": (schemas.CONTAMINATION_ITEMS, ("benchmark",)),
+    "contamination_ngrams": (schemas.CONTAMINATION_NGRAMS, ("benchmark",)),
+    "contamination_benchmarks": (schemas.CONTAMINATION_BENCHMARKS, ("benchmark",)),
+    "contamination_flags": (schemas.CONTAMINATION_FLAGS, ("version_key",)),
     "tokenized_documents": (schemas.TOKENIZED_DOCUMENTS, ("batch_id",)),
     "quarantine": (schemas.QUARANTINE, ("batch_id",)),
     "stage_runs": (schemas.STAGE_RUNS, ("batch_id",)),  # lookups are per batch: prune files

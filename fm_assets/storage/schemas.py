@@ -218,3 +218,57 @@ QUALITY_CLASSIFIERS = pa.schema(
         pa.field("registered_at", pa.timestamp("us", tz="UTC"), nullable=False),
     ]
 )
+
+
+# --- contamination registry ----------------------------------------------------------------------
+
+
+def _contamination_schemas() -> tuple[pa.Schema, pa.Schema]:
+    from fm_assets.contamination.registry import ITEMS_SCHEMA, REGISTRY_SCHEMA
+
+    return ITEMS_SCHEMA, REGISTRY_SCHEMA
+
+
+# Per registered eval item: exact hash and counts; per looked-up hash: its item and role.
+CONTAMINATION_ITEMS, CONTAMINATION_NGRAMS = _contamination_schemas()
+
+# One row per registered benchmark: where its file lives, and what it held.
+CONTAMINATION_BENCHMARKS = pa.schema(
+    [
+        pa.field("benchmark", pa.string(), nullable=False),
+        pa.field("file_uri", pa.string(), nullable=False),  # copy inside the object store
+        pa.field("file_sha256", pa.string(), nullable=False),
+        pa.field("fields", pa.list_(pa.string()), nullable=False),
+        pa.field("item_count", pa.int64(), nullable=False),
+        pa.field("empty_items", pa.int64(), nullable=False),
+        pa.field("unmatchable_items", pa.int64(), nullable=False),
+        pa.field("rules_version", pa.string(), nullable=False),
+        pa.field("registered_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+# Which registered items each batch's documents matched (decontamination stage audit).
+CONTAMINATION_MATCHES = pa.schema(
+    [
+        pa.field("batch_id", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("benchmark", pa.string(), nullable=False),
+        pa.field("item_id", pa.int64(), nullable=False),
+        pa.field("fraction", pa.float64(), nullable=False),
+        pa.field("rule", pa.string(), nullable=False),  # ngram | short | exact
+        pa.field("action", pa.string(), nullable=False),  # dropped | redacted
+    ]
+)
+
+# Versions re-scanned against the registry as it grew: one row per contaminated document.
+CONTAMINATION_FLAGS = pa.schema(
+    [
+        pa.field("version_key", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("benchmark", pa.string(), nullable=False),
+        pa.field("item_id", pa.int64(), nullable=False),
+        pa.field("fraction", pa.float64(), nullable=False),
+        pa.field("registry", pa.string(), nullable=False),  # the registry snapshot scanned against
+        pa.field("scanned_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
