@@ -12,6 +12,7 @@ A batch flattens them over [batch * seq_len] for `flash_attn_varlen_func`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +56,7 @@ class Block:
             [np.zeros(len(segments), dtype=bool), np.ones(len(padded), dtype=bool)]
         )[order]
         total = count * seq_len
-        position_ids = np.arange(total, dtype=np.int64) - np.repeat(run_flat, run_length)
+        position_ids = _positions(total) - np.repeat(run_flat, run_length)
 
         labels = np.empty(total, dtype=np.int64)
         flat_ids = ids.reshape(-1)
@@ -125,6 +126,14 @@ def as_tensors(batch: dict[str, Any]) -> dict[str, Any]:
 
 
 Int64s = npt.NDArray[np.int64]
+
+
+@functools.lru_cache(maxsize=4)
+def _positions(total: int) -> Int64s:
+    """0 .. total-1, shared read-only across blocks of the same size."""
+    positions = np.arange(total, dtype=np.int64)
+    positions.flags.writeable = False
+    return positions
 
 
 def _segments(raw: RawBlock, seq_len: int) -> tuple[Int64s, Int64s, Int64s, Int64s]:
