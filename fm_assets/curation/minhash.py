@@ -23,9 +23,9 @@ uses datasketch's "affine32" scheme: the low 32 bits of the shingle hash, pre-mi
 32-bit MurmurHash3 finalizer, go through h ↦ a·h + b mod 2^32 with odd a. This replaces the
 textbook (a·x + b) mod p: with an odd multiplier the map is a bijection (no collision bias, see
 datasketch issue 212), it needs no division, and numpy runs it on uint32 SIMD lanes. The
-permutations are drawn exactly as `datasketch.MinHash(num_perm, seed, scheme="affine32")` draws
-them but by this module, so a datasketch upgrade cannot silently change persisted band hashes;
-the tests check the signatures equal datasketch's.
+permutations come from `datasketch.MinHash(num_perm, seed, scheme="affine32")` and are checked
+against the draw this module pins, so a datasketch upgrade cannot silently change persisted band
+hashes; the tests check the signatures equal datasketch's.
 
 Bands: 14 × 8 = 112 permutations. A pair with Jaccard s becomes a candidate with probability
 1 - (1 - s^8)^14; datasketch's own choice for threshold 0.8 at 112 permutations, 9 bands × 12
@@ -331,11 +331,29 @@ def _shingle_group(texts: list[str], ngram: int) -> list[U64]:
 
 
 @functools.cache
+@functools.lru_cache(maxsize=8)
 def permutations(num_perm: int, seed: int) -> tuple[U32, U32]:
-    """(a, b) of h ↦ a·h + b mod 2^32, drawn as datasketch's affine32 scheme draws them."""
+    """(a, b) of h ↦ a·h + b mod 2^32: datasketch's own affine32 permutations.
+
+    They are checked against the draw this module pins (odd a, any b, from RandomState(seed)):
+    persisted band hashes depend on them, so a datasketch release that drew differently must
+    fail loudly rather than silently split the index in two.
+    """
+    from datasketch import MinHash
+
+    drawn = np.asarray(
+        MinHash(num_perm=num_perm, seed=seed, scheme="affine32").permutations, dtype=np.uint32
+    )
     generator = np.random.RandomState(seed)
     a = generator.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
     b = generator.randint(0, 1 << 32, num_perm, dtype=np.uint32)
+    if drawn.shape != (2, num_perm) or not (
+        np.array_equal(drawn[0], a) and np.array_equal(drawn[1], b)
+    ):
+        raise RuntimeError(
+            "datasketch's affine32 permutations differ from the ones the near-dup index was "
+            f"built with ({MINHASH_VERSION}); pin the datasketch version or rebuild the index"
+        )
     a.setflags(write=False)
     b.setflags(write=False)
     return a, b
