@@ -42,6 +42,17 @@ def test_definitions_hold_the_whole_graph() -> None:
 
 
 @pytest.mark.slow
+def test_near_dedup_batches_run_one_at_a_time(fm_settings: object) -> None:
+    """Two batches must never both keep a near-duplicate pair: the stage's pool has limit 1."""
+    from fm_assets.definitions import defs
+    from fm_assets.operations import dagster_instance
+
+    assert defs.resolve_assets_def("near_deduplicated_documents").op.pool == "neardup"
+    assert defs.resolve_assets_def("pii_redacted_documents").op.pool == "ray"
+    instance = dagster_instance(fm_settings)  # type: ignore[arg-type]
+    assert instance.event_log_storage.get_concurrency_info("neardup").slot_count == 1
+
+
 def test_dagster_definitions_validate_cli(tmp_path: Path) -> None:
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "FM_HOME": str(tmp_path / "fm")}
     dagster = Path(sys.executable).with_name("dagster")
