@@ -146,9 +146,10 @@ def load_matcher(
 
 
 def describe(matches: Sequence[Match]) -> str:
-    """'gsm8k item 12 (97% of its n-grams), ...' for a quarantine reason."""
+    """'gsm8k item 12 (97% of its n-grams), nq_open item 3 (short match)' for a reason."""
     parts = [
-        f"{m.benchmark} item {m.item_id} ({m.rule}, {m.fraction:.0%} of its n-grams)"
+        f"{m.benchmark} item {m.item_id} "
+        + (f"({m.fraction:.0%} of its n-grams)" if m.rule == "ngram" else f"({m.rule} match)")
         for m in matches[:5]
     ]
     more = f" and {len(matches) - 5} more" if len(matches) > 5 else ""
