@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
 _BLOCK_CACHE = 4  # window permutations kept per source: a chunk of positions spans one or two
+_ZERO = np.zeros(1, dtype=np.int64)
 
 
 def permutation(n: int, *key: int) -> IntArray:
@@ -59,20 +60,28 @@ class SourceOrder:
         """Sample ids (global within the source) of running indices `running`."""
         passes, offsets = np.divmod(np.asarray(running, dtype=np.int64), self.num_samples)
         windows, inside = np.divmod(offsets, self.window)
-        out = np.empty_like(offsets)
         keys = passes * (self.num_samples // self.window + 1) + windows
-        for key in np.unique(keys):
-            where = keys == key
-            p, w = int(passes[where][0]), int(windows[where][0])
-            concatenated = w * self.window + self._window_perm(p, w)[inside[where]]
-            out[where] = self._unconcatenate(p, concatenated)
+        # One pass over the positions grouped by (pass, window), not one scan per window.
+        unique, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(len(unique) + 1))
+        concatenated = np.empty_like(offsets)
+        for group, start in enumerate(first.tolist()):
+            rows = order[bounds[group] : bounds[group + 1]]
+            p, w = int(passes[start]), int(windows[start])
+            concatenated[rows] = w * self.window + self._window_perm(p, w)[inside[rows]]
+        out = np.empty_like(offsets)
+        for p in np.unique(passes).tolist():
+            rows = passes == p
+            out[rows] = self._unconcatenate(p, concatenated[rows])
         return out
 
     def _window_perm(self, pass_: int, window: int) -> IntArray:
         cached = self._windows.get((pass_, window))
         if cached is None:
             size = min(self.window, self.num_samples - window * self.window)
-            cached = permutation(size, *self.key, pass_, window)
+            # A one-sample window has one order: no generator to seed.
+            cached = _ZERO if size == 1 else permutation(size, *self.key, pass_, window)
             self._windows[(pass_, window)] = cached
             if len(self._windows) > _BLOCK_CACHE:
                 self._windows.popitem(last=False)
