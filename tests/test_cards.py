@@ -102,7 +102,7 @@ BATCHES = [
     Batch(
         "b1",
         "news",
-        kept=[(1, D), (2, D[:5]), (2, D[:4]), (4, D[:3])],
+        kept=[(1, D), (2, D[:5]), (2, D[:4]), (5, D[:3])],
         quarantined={
             "raw_documents": ["exact_duplicate", "exact_duplicate", "record_too_large"],
             "extracted_documents": ["extraction_empty"],
@@ -116,7 +116,7 @@ BATCHES = [
     Batch(
         "b2",
         "forum",
-        kept=[(6, E), (3, E[:3])],
+        kept=[(6, E), (4, E[:3])],
         quarantined={"near_deduplicated_documents": ["near_duplicate"]},
         languages={"e1": "en", "e2": "fr", "e3": "en"},
         texts={"e1": ("a" * 7, 5), "e2": ("bonjour", 7), "e3": ("z" * 300, 100)},
@@ -125,7 +125,7 @@ BATCHES = [
     Batch(
         "b3",
         "other",
-        kept=[(9, ["x1"])],
+        kept=[(10, ["x1"])],
         quarantined={"raw_documents": ["exact_duplicate"] * 5},
         languages={},
         texts={"x1": ("other", 1000)},
@@ -186,6 +186,7 @@ def test_card_figures(state: tuple[Settings, DatasetVersion], card: DatasetCard)
         "quality_filtered_documents": (8, {"gopher_min_words": 1}, 7),
         "near_deduplicated_documents": (7, {"near_duplicate": 1}, 6),
         "pii_redacted_documents": (6, {}, 6),
+        "decontaminated_documents": (6, {}, 6),
         "tokenized_documents": (6, {}, 6),
     }
     assert all(w["unaccounted"] == 0 for w in s["waterfall"])  # type: ignore[attr-defined, index]
@@ -245,7 +246,7 @@ def test_card_of_version_whose_documents_were_all_dropped(fm_settings: Settings)
     batch = Batch(
         "b1",
         "news",
-        kept=[(5, ["d1", "d2"]), (4, [])],
+        kept=[(5, ["d1", "d2"]), (5, [])],
         quarantined={"quality_filtered_documents": ["gopher_min_words"] * 2},
         languages={},
         texts={},

@@ -114,6 +114,8 @@ def test_ui_serves_the_graph_and_its_sensor_processes_a_batch(dagster_ui: tuple[
         "dataset_version",
         "shard_set",
         "quality_classifier_registry",
+        "contamination_registry",
+        "contamination_scan",
     }
     upstream = "landing_batch"
     for stage in pipeline.STAGE_NAMES:

@@ -26,6 +26,8 @@ def test_definitions_hold_the_whole_graph() -> None:
         "dataset_version",
         "shard_set",
         "quality_classifier_registry",
+        "contamination_registry",
+        "contamination_scan",
     }
     graph = defs.resolve_asset_graph()
     # Lineage: each stage reads the one before it, the version reads the last stage.
