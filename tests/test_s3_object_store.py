@@ -202,6 +202,7 @@ def test_every_check_passed(platform: S3Platform) -> None:
         "shard_checksums_valid",
         "token_counts_match_version",
         "samples_carry_provenance",
+        "no_contaminated_samples",
     }
 
 
@@ -221,7 +222,21 @@ def test_shard_set_is_published_in_the_bucket(platform: S3Platform) -> None:
     manifest = ShardSetManifest.from_json(data.decode())
     expected = {f"{prefix}/{s.name}": s.bytes for s in manifest.shards}
     assert {k: v for k, v in objects.items() if k.endswith(".mds")} == expected
-    assert set(objects) == {*expected, f"{prefix}/index.json", f"{prefix}/fm_manifest.json"}
+    card = {
+        f"{prefix}/card/{name}"
+        for name in (
+            "dataset_card.md",
+            "waterfall.png",
+            "tokens_per_document.png",
+            "characters_per_document.png",
+        )
+    }
+    assert set(objects) == {
+        *expected,
+        f"{prefix}/index.json",
+        f"{prefix}/fm_manifest.json",
+        *card,  # the version's dataset card, next to the shard set
+    }
     assert manifest.num_samples == platform.row["num_samples"] > 0
 
 

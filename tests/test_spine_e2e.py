@@ -78,6 +78,7 @@ def test_every_check_ran_and_passed(spine: Spine) -> None:
         "shard_checksums_valid",
         "token_counts_match_version",
         "samples_carry_provenance",
+        "no_contaminated_samples",
     }
 
 
