@@ -1235,46 +1235,31 @@ def profile_section(
         )
     lines += [
         "",
-        f"1. **Per-sample path: torch's intra-op threads.** `Block.__init__` makes `loss_mask` "
-        f"with one torch comparison over the whole block ({block_elements:,} elements for 128 "
-        "samples). Above 32,768 elements (ATen's grain size) torch splits such an op across "
-        "its intra-op threads, and on this shared 2-core machine the second thread often has "
-        "to wait for a core: 90th percentile "
-        f"{compare_us(block_elements, default, 0.9):,.0f} µs with {default} threads against "
-        f"{compare_us(block_elements, 1, 0.9):,.0f} µs with 1 (max "
-        f"{compare_us(block_elements, default, 1.0):,.0f} against "
-        f"{compare_us(block_elements, 1, 1.0):,.0f}). With `torch.set_num_threads(1)` "
-        f"the per-sample path reads {block_rate(128, 1):,.0f} samples/s against "
-        f"{block_rate(128, default):,.0f} ({block_rate(128, 1) / block_rate(128, default):.2f}×);"
-        f" blocks of 16 (32,768 elements) dodge it. DataLoader workers already run with one "
-        "torch thread; the trainer process does not. Making the mask in numpy, or keeping "
-        "torch ops per block under 32,768 elements, removes this. With one thread the best "
-        f"block size here is {best_block} ({block_rate(best_block, 1):,.0f} samples/s).",
+        f"1. **Per-sample path and torch's intra-op threads.** The block build is numpy only "
+        "(torch splits element-wise ops over its intra-op threads above 32,768 elements, which "
+        f"the comparison table above shows costing {compare_us(block_elements, default, 0.9):,.0f}"
+        f" µs at the 90th percentile with {default} threads against "
+        f"{compare_us(block_elements, 1, 0.9):,.0f} µs with 1 on this shared machine). "
+        f"Per-sample rate with 128-sample blocks: {block_rate(128, default):,.0f} samples/s with "
+        f"{default} torch threads, {block_rate(128, 1):,.0f} with 1; best block size with one "
+        f"thread {best_block} ({block_rate(best_block, 1):,.0f} samples/s).",
         f"2. In the profile below (default threads), `Block.__init__` is {init:.0%} of the "
-        f"per-sample path (cumulative, the torch comparison included in its own time), "
-        f"`ShardSet.read_raw` {read_raw:.0%} (per sample: one `np.frombuffer` per column and "
-        f"MDS's decoder for the spans) and `Block.sample` {sample:.0%}.",
-        f"3. **Batch path: `batch_stream` bare gives {stream_rate:,.0f} samples/s, "
+        f"per-sample path (cumulative), `ShardSet.read_raw` {read_raw:.0%} (per sample: a view "
+        f"of the tokens, the doc ids and the spans read in place) and `Block.sample` "
+        f"{sample:.0%}.",
+        f"3. **Batch path:** `batch_stream` bare gives {stream_rate:,.0f} samples/s, "
         f"`make_loader(num_workers=0)` {loader_rate:,.0f} ({loader_rate1:,.0f} with one torch "
-        "thread).** The difference is the DataLoader (`batch_size=None` runs "
-        "`default_convert` over every batch, recursing into the doc-id lists) and the hand-off "
-        "through the prefetch thread's queue.",
-        f"4. **num_workers=2 is bound by moving tensors between processes, not by reading.** "
-        f"Two workers delivered {workers2:,.0f} samples/s against {workers0:,.0f} with none. "
-        f"Copies of one prebuilt batch, no reading at all, move at {tensor_rate:,.0f} "
-        "samples/s as torch tensors (each of the batch's 8 tensors becomes a shared-memory "
-        "block whose file descriptor is passed over a Unix socket) and at "
-        f"{numpy_rate:,.0f} samples/s as numpy arrays pickled through the worker's pipe "
-        f"({numpy_rate / tensor_rate:.1f}×). Sending numpy arrays (or one packed buffer per "
-        "batch) and making the tensors in the trainer process would lift that ceiling.",
-        f"5. **Small shuffle windows are quadratic per chunk.** With `shuffle_window=1`, "
-        f"`SourceOrder.sample_ids` is {sample_ids:.0%} of the time: for every 16,384-position "
-        "chunk it loops in Python over each distinct window, compares the whole chunk with "
-        "that window (`keys == key`) and draws one PCG64 permutation per window (a "
-        f"SeedSequence each; `permutation` {permutation:.0%}). The work grows with "
-        "16,384 / window per chunk, so it matters for windows of a few hundred samples or "
-        "fewer; grouping positions by window once (one argsort) and skipping the permutation "
-        "of 1-sample windows would remove it.",
+        "thread): without workers the loader's prefetch thread builds batches itself, so the "
+        "difference is the thread hand-off.",
+        f"4. **num_workers=2:** {workers2:,.0f} samples/s against {workers0:,.0f} with none. "
+        f"Moving copies of one prebuilt batch out of 2 workers, no reading: {tensor_rate:,.0f} "
+        "samples/s as torch tensors (one shared-memory block per tensor, passed by file "
+        f"descriptor) against {numpy_rate:,.0f} as numpy arrays pickled through the pipe "
+        f"({numpy_rate / tensor_rate:.1f}×); `make_loader` sends numpy and makes the tensors "
+        "in the trainer process.",
+        f"5. **Small shuffle windows:** with `shuffle_window=1`, `SourceOrder.sample_ids` is "
+        f"{sample_ids:.0%} of the time and `permutation` {permutation:.0%} (positions are "
+        "grouped by window once per chunk; one-sample windows draw no permutation).",
         "6. **Resume** meets its requirement. What remains is the sha256 of each shard on its "
         f"first use in a process (mean {fetch_ms:.0f} ms per 64 MB shard in section 3) and, "
         "for mixtures, `state_dict` walking the quota schedule position by position in Python "
