@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
-from fm_assets.storage.objectstore import filesystem_for, open_object_store
+from fm_assets.storage.objectstore import open_object_store, read_verified
 
 
 @dataclass(frozen=True)
@@ -101,15 +101,9 @@ def load_registered_classifier(uri: str, model_sha256: str, s3_endpoint: str | N
     """Fetch a registered model into a per-process temp file (fastText loads from a path)."""
     from fm_assets.curation.quality_classifier import load_classifier
 
-    fs, path = filesystem_for(uri, s3_endpoint)
-    with fs.open_input_stream(path, compression=None) as f:
-        data = f.read()
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != model_sha256:
-        raise ValueError(
-            f"classifier at {uri} has sha256 {actual}, registered as {model_sha256}: the registry "
-            "copy was modified; register the model again with `fm classifier train`"
-        )
+    data = read_verified(
+        uri, model_sha256, s3_endpoint, "register the model again with `fm classifier train`"
+    )
     local = Path(tempfile.mkdtemp(prefix="fm-classifier-")) / f"{model_sha256}.bin"
     local.write_bytes(data)
     return load_classifier(local)

@@ -10,7 +10,7 @@ Imports neither dagster, ray nor the fm_assets stages: trainers install only `fm
 """
 
 from fm_loader.collate import collate
-from fm_loader.dataset import FmDataset, ShardSetDataset, make_dataset
+from fm_loader.dataset import FmDataset, make_dataset
 from fm_loader.loader import FmLoader, make_loader
 from fm_loader.manifest import (
     MANIFEST_FORMAT_VERSION,
@@ -35,7 +35,6 @@ __all__ = [
     "LoaderState",
     "MixtureSpec",
     "ShardInfo",
-    "ShardSetDataset",
     "ShardSetManifest",
     "collate",
     "make_dataset",

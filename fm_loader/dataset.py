@@ -272,10 +272,6 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
         )
 
 
-# The first cut's name, kept for callers that imported it.
-ShardSetDataset = FmDataset
-
-
 def _check_same_layout(resolved: Sequence[ResolvedShardSet]) -> None:
     """Mixed sources must share tokenizer, seq_len and schema: samples are stacked together."""
     first = resolved[0].manifest

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -12,7 +11,7 @@ import pyarrow as pa
 
 from fm_assets.stages.base import Stage, StageResult, split_kept
 from fm_assets.storage import schemas
-from fm_assets.storage.objectstore import filesystem_for
+from fm_assets.storage.objectstore import read_verified
 
 # Names under which tokenizers commonly define their end-of-document token.
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[SEP]")
@@ -37,16 +36,9 @@ def load_tokenizer(uri: str, expected_hash: str, s3_endpoint: str | None = None)
         return _loaded[expected_hash]
     from tokenizers import Tokenizer
 
-    fs, path = filesystem_for(uri, s3_endpoint)
-    with fs.open_input_stream(path, compression=None) as f:
-        data = f.read()
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != expected_hash:
-        raise ValueError(
-            f"tokenizer at {uri} has hash {actual}, registered as {expected_hash}; "
-            "the registry copy was modified: register the tokenizer again with "
-            "`fm tokenizer register PATH`"
-        )
+    data = read_verified(
+        uri, expected_hash, s3_endpoint, "register the tokenizer again with `fm tokenizer register`"
+    )
     tokenizer = Tokenizer.from_str(data.decode())
     _loaded[expected_hash] = tokenizer
     return tokenizer

@@ -7,6 +7,7 @@ S3-compatible store (SeaweedFS, MinIO) is a platform setting, `FM_S3_ENDPOINT`.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from dataclasses import dataclass
@@ -143,6 +144,23 @@ def filesystem_for(uri: str, s3_endpoint: str | None = None) -> tuple[pafs.FileS
     if "://" not in uri:
         return pafs.LocalFileSystem(), str(Path(uri).absolute())
     return pafs.FileSystem.from_uri(uri)
+
+
+def read_verified(uri: str, expected_sha256: str, s3_endpoint: str | None, fix: str) -> bytes:
+    """The bytes of a registry copy at `uri`, refused unless they hash to `expected_sha256`.
+
+    `fix` says what to do when the copy was modified (e.g. the command that registers it again).
+    """
+    fs, path = filesystem_for(uri, s3_endpoint)
+    with fs.open_input_stream(path, compression=None) as f:
+        data: bytes = f.read()
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != expected_sha256:
+        raise ValueError(
+            f"{uri} has sha256 {actual}, registered as {expected_sha256}: the registry copy was "
+            f"modified; {fix}"
+        )
+    return data
 
 
 def open_object_store(settings: Settings) -> ObjectStore:
