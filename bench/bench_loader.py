@@ -9,10 +9,10 @@ One run writes every figure to `bench/results/loader.md`:
 Data: the visible text of the HTML pages of the four shared WARCs (`../shared/data/warc`, read in
 place), tokenized with `tokenizers/gpt-neox-20b.json`. Those 53 real pages hold only ~107k
 tokens, so each shard set repeats them under distinct doc ids (sha256 of "<page id>:<copy>")
-until it has the samples it needs, packs them with `fm_assets.packing.pack_documents` and writes
-them with `fm_assets.shard_writer.write_shard_set` (64 MB shards). Built sets are cached under
-/tmp/fm_bench_loader/ (a set counts as built when its fm_manifest.json exists) and rebuilt when
-missing.
+until it has the samples it needs, packs them with `fm_assets.shards.packing.pack_documents`
+and writes them with `fm_assets.shards.writer.write_shard_set` (64 MB shards). Built sets are
+cached under /tmp/fm_bench_loader/ (a set counts as built when its fm_manifest.json exists) and
+rebuilt when missing.
 
 Figures, each measured side by side and interleaved in this one run (medians, min–max):
 1. samples/s and tokens/s at seq_len 2048: our per-sample path, our batch path (num_workers=0),
@@ -61,8 +61,8 @@ import torch.utils.data
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.loader_sets: the tests' WARC text extraction
 
-from fm_assets.packing import pack_documents  # noqa: E402
-from fm_assets.shard_writer import ShardSetHeader, sequence_tokens, write_shard_set  # noqa: E402
+from fm_assets.shards.packing import pack_documents  # noqa: E402
+from fm_assets.shards.writer import ShardSetHeader, sequence_tokens, write_shard_set  # noqa: E402
 from fm_loader import make_dataset, make_loader, read_manifest  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
@@ -1351,8 +1351,8 @@ def main() -> None:
         "tokenized with GPT-NeoX-20B: 106,747 tokens, median page ~1,000 tokens. That is far too "
         "little for stable timing, so **every set repeats those real pages under distinct doc "
         "ids** (sha256 of `<page id>:<copy>`; set B uses copies set A does not) until it has "
-        "its samples, packed best-fit-decreasing (`fm_assets.packing.pack_documents`) and "
-        "written by `fm_assets.shard_writer.write_shard_set`: uncompressed MDS, 64 MB shards, "
+        "its samples, packed best-fit-decreasing (`fm_assets.shards.packing.pack_documents`) and "
+        "written by `fm_assets.shards.writer.write_shard_set`: uncompressed MDS, 64 MB shards, "
         "uint16 tokens, the loader's three columns. Cached under /tmp/fm_bench_loader/, rebuilt "
         "when missing.",
         "",

@@ -39,20 +39,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import EqualTo
 
-from fm_assets import pipeline
-from fm_assets.compute import ensure_ray, ray_cpus
-from fm_assets.packing import PackedSequence, pack_documents
-from fm_assets.policy import DEFAULT_POLICY
-from fm_assets.runner import _chunks, run_stage  # private: chunk exactly as the runner does
+from fm_assets.curation.policy import DEFAULT_POLICY
+from fm_assets.execution import pipeline
+from fm_assets.execution.compute import ensure_ray, ray_cpus, split_rows
+from fm_assets.execution.runner import run_stage
+from fm_assets.registries.tokenizers import default_tokenizer, register_tokenizer
 from fm_assets.settings import Settings, load_settings
-from fm_assets.shard_sets import build_shard_set
+from fm_assets.shards.build import build_shard_set
+from fm_assets.shards.packing import PackedSequence, pack_documents
 from fm_assets.stages.base import StageResult
 from fm_assets.stages.tokenize import TokenizeStage, load_tokenizer
 from fm_assets.storage import catalog
 from fm_assets.storage.landing import land_files, read_manifest
 from fm_assets.storage.objectstore import open_object_store
-from fm_assets.tokenizer_registry import default_tokenizer, register_tokenizer
-from fm_assets.versions import create_version, require_version, version_documents
+from fm_assets.versions.dataset_version import create_version, require_version, version_documents
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -455,7 +455,7 @@ def profile_tokenize(settings: Settings, batch_id: str, docs: int) -> dict[str, 
         raise TypeError(f"{TOKENIZE} builds {type(stage).__name__}, expected TokenizeStage")
     cpus = ray_cpus()
     out["cpus"] = cpus
-    chunks = _chunks(inputs, False, cpus)
+    chunks = split_rows(inputs, cpus)
     replay = ray.remote(num_cpus=1)(_timed_process)
     done, out["replay_s"], out["replay_cpu"] = measured(
         lambda: ray.get([replay.remote(stage, chunk) for chunk in chunks])
@@ -469,7 +469,7 @@ def profile_tokenize(settings: Settings, batch_id: str, docs: int) -> dict[str, 
     out["output_mb"] = sum(result.kept.nbytes for result, _, _ in done) / MB
     del done
 
-    chunks = _chunks(inputs.slice(0, docs), False, cpus)
+    chunks = split_rows(inputs.slice(0, docs), cpus)
     remote = ray.remote(num_cpus=1)(_profile_chunk)
     per_chunk = ray.get([remote.remote(stage, chunk) for chunk in chunks])
     out["split_chunks"] = len(chunks)
@@ -536,7 +536,7 @@ def pack_version(settings: Settings, version_key: str, tokenizer: object) -> Pac
 
 def time_write_shard_set(packed: PackedInput, out_dir: Path) -> tuple[float, int]:
     """Seconds and shard bytes of one bare `write_shard_set` over pre-packed sequences."""
-    from fm_assets.shard_writer import ShardSetHeader, write_shard_set
+    from fm_assets.shards.writer import ShardSetHeader, write_shard_set
 
     header = ShardSetHeader(
         shard_set_key=f"bench-raw/{out_dir.name}",

@@ -117,9 +117,9 @@ def prepare_home(home: Path, cpus: int) -> Any:
     exactly `cpus` CPUs, embedded storage. Table creation and tokenizer registration are a
     home's one-time costs, not a stage's, so they happen before any clock runs.
     """
+    from fm_assets.registries.tokenizers import register_tokenizer
     from fm_assets.settings import load_settings
     from fm_assets.storage import catalog
-    from fm_assets.tokenizer_registry import register_tokenizer
 
     settings = load_settings({"FM_HOME": str(home), "FM_RAY_NUM_CPUS": str(cpus)})
     for table in catalog.TABLES:
@@ -142,7 +142,7 @@ def land(settings: Any, paths: Sequence[Path], source: str) -> str:
 
 def timed_stage(settings: Any, stage: str, batch_id: str) -> dict[str, Any]:
     """One `run_stage` call that must do real work, split at its progress messages."""
-    from fm_assets.runner import run_stage
+    from fm_assets.execution.runner import run_stage
 
     events: list[tuple[float, str]] = []
     cpu, machine = tree_cpu_seconds(), machine_busy_seconds()
@@ -179,7 +179,7 @@ def timed_stage(settings: Any, stage: str, batch_id: str) -> dict[str, Any]:
 
 
 def run_pipeline(settings: Any, batch_id: str) -> list[dict[str, Any]]:
-    from fm_assets import pipeline
+    from fm_assets.execution import pipeline
 
     return [timed_stage(settings, stage, batch_id) for stage in pipeline.STAGE_NAMES]
 
@@ -192,7 +192,7 @@ def worker(cpus: int, root: Path, result: Path) -> None:
     """
     import ray
 
-    from fm_assets.compute import ensure_ray, ray_cpus
+    from fm_assets.execution.compute import ensure_ray, ray_cpus
 
     load_start = load_average()
     settings = prepare_home(root / "home", cpus)
@@ -235,15 +235,15 @@ def worker(cpus: int, root: Path, result: Path) -> None:
 
 def stage_input(settings: Any, stage_name: str, batch_id: str) -> Any:
     """The table `run_stage` splits into chunks: landed files, or the upstream partition."""
-    from fm_assets import pipeline
-    from fm_assets.runner import _landed_files_table, latest_stage_run  # private: same input
+    from fm_assets.execution import pipeline
+    from fm_assets.execution.runner import landed_files_table, latest_stage_run
     from fm_assets.storage import catalog
     from fm_assets.storage.landing import read_manifest
     from fm_assets.storage.objectstore import open_object_store
 
     upstream = pipeline.upstream_of(stage_name)
     if upstream is None:
-        return _landed_files_table(settings, read_manifest(open_object_store(settings), batch_id))
+        return landed_files_table(settings, read_manifest(open_object_store(settings), batch_id))
     run = latest_stage_run(settings, batch_id, upstream)
     if run is None:
         raise RuntimeError(f"{upstream} never ran for {batch_id} in {settings.home}")
@@ -258,9 +258,9 @@ def measure_alone(settings: Any, batch_id: str) -> list[dict[str, Any]]:
     """
     import functools
 
-    from fm_assets import pipeline
-    from fm_assets.policy import load_policy
-    from fm_assets.runner import _other_batches
+    from fm_assets.curation.policy import load_policy
+    from fm_assets.execution import pipeline
+    from fm_assets.execution.runner import other_batches
     from fm_assets.stages.base import CombineContext
     from fm_assets.storage.landing import read_manifest
     from fm_assets.storage.objectstore import open_object_store
@@ -280,7 +280,7 @@ def measure_alone(settings: Any, batch_id: str) -> list[dict[str, Any]]:
         context = CombineContext(
             batch_id=batch_id,
             earlier_documents={},  # the batch is its home's only one
-            read_other_batches=functools.partial(_other_batches, settings, batch_id),
+            read_other_batches=functools.partial(other_batches, settings, batch_id),
         )
         started = time.perf_counter()
         stage.combine(processed, context)
@@ -446,7 +446,7 @@ class Report:
         return self.med(cpus, stage, "read_s") + self.med(cpus, stage, "commit_s")
 
     def render(self) -> str:
-        from fm_assets import pipeline
+        from fm_assets.execution import pipeline
 
         names = pipeline.STAGE_NAMES
         first = {s["stage"]: s for s in self.runs[0]["stages"]}
@@ -530,7 +530,7 @@ class Report:
         return "\n".join(lines) + "\n"
 
     def _phase_section(self) -> list[str]:
-        from fm_assets import pipeline
+        from fm_assets.execution import pipeline
 
         lines = [
             "## Where each stage's time goes",
@@ -585,7 +585,7 @@ class Report:
         return [*lines, ""]
 
     def _reading_section(self) -> list[str]:
-        from fm_assets import pipeline
+        from fm_assets.execution import pipeline
 
         names = pipeline.STAGE_NAMES
         raw = names[0]

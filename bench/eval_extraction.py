@@ -55,7 +55,7 @@ import trafilatura
 
 from fm_assets.formats.sniff import charset_from_meta
 from fm_assets.stages import extract as extract_module
-from fm_assets.stages.extract import ExtractStage, _trafilatura  # private: the stage's exact call
+from fm_assets.stages.extract import ExtractStage, trafilatura_text  # the stage's exact call
 from fm_assets.storage import schemas
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,7 +68,7 @@ BOOTSTRAP_SAMPLES = 2000
 # machine's other tenants lands on all three instead of on one 10-s pass.
 CHUNK_PAGES = 20
 
-# The options `_trafilatura` passes, mirrored so section 2 can vary them one at a time; the run
+# The options `trafilatura_text` passes, mirrored so section 2 can vary them one at a time; the run
 # checks that this mirror reproduces the stage's output page for page.
 STAGE_OPTIONS: dict[str, Any] = {
     "include_comments": False,
@@ -348,7 +348,7 @@ def stage_own_work(stage: ExtractStage, table: pa.Table, repeats: int) -> list[f
     check, the timeout wrapper, building the output tables); it barely moves with load.
     """
     cpu = []
-    with mock.patch.object(extract_module, "_trafilatura", lambda html, url: "text"):
+    with mock.patch.object(extract_module, "trafilatura_text", lambda html, url: "text"):
         for _ in range(repeats):
             started = time.process_time()
             stage.process(table)
@@ -363,7 +363,7 @@ def raw_default(page: Page) -> str | None:
 
 def raw_stage_call(page: Page) -> str | None:
     """The very call the stage makes, without decoding, checks, timeout or Arrow."""
-    return _trafilatura(page.html, page.url)
+    return trafilatura_text(page.html, page.url)
 
 
 def raw_with(options: dict[str, Any]) -> Callable[[Page], str | None]:
@@ -645,7 +645,7 @@ def report(results: Results) -> str:
 
     labels = {
         STAGE: "A `ExtractStage.process(chunk)`",
-        RAW_SAME: "B raw `_trafilatura(html, url)` loop (the stage's own call)",
+        RAW_SAME: "B raw `trafilatura_text(html, url)` loop (the stage's own call)",
         RAW_DEFAULT: "C raw `trafilatura.extract(html)` loop (defaults)",
     }
     lines += [
@@ -692,7 +692,8 @@ def report(results: Results) -> str:
         f"its own library call and {default_verdict} it against the library's default call.",
         "",
         f"The stage's own work, measured directly: `process` over all {n} rows with "
-        "`_trafilatura` patched to a no-op (Arrow access, decoding, junk check, timeout wrapper, "
+        "`trafilatura_text` patched to a no-op (Arrow access, decoding, junk check, timeout "
+        "wrapper, "
         f"output tables) takes {_range(own_work_cpu, '.3f')} CPU s per pass, "
         f"{own:.1%} of B's median CPU s, so with B's work unchanged the stage's throughput "
         f"is {own_ratio:.3f}× the raw call's. The wall and CPU ratios above spread far wider "

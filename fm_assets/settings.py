@@ -1,24 +1,29 @@
 """The one place that reads environment variables: everything else receives a frozen `Settings`.
 
-Embedded defaults put every piece of state under one home directory (`FM_HOME`, default `./.fm`):
-
-    $FM_HOME/objects/     object store root (landing batches, shard sets, registries)
-    $FM_HOME/catalog.db   Iceberg SQL catalog (SQLite)
-    $FM_HOME/warehouse/   Iceberg data and metadata files
-    $FM_HOME/dagster/     Dagster instance storage
-
-Production changes settings, not code: `FM_OBJECT_STORE=s3://bucket/prefix`,
-`FM_CATALOG_URI=postgresql+psycopg2://...`, `FM_WAREHOUSE=s3://...`, `RAY_ADDRESS=ray://head:10001`.
-This module imports only the standard library, so the trainer-side loader can use it too.
+Embedded defaults keep every piece of state under `FM_HOME` (default `./.fm`); production sets
+`FM_OBJECT_STORE`, `FM_CATALOG_URI`, `FM_WAREHOUSE`, `RAY_ADDRESS` instead (docs/settings.md).
+The catalog settings are the loader's own (`fm_loader.settings`), so both read one catalog.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-PIPELINE_VERSION = "0.1.0"
+from fm_loader.settings import load_loader_settings
+
+
+def _package_version() -> str:
+    try:
+        return version("fm-platform")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "0+unknown"
+
+
+# Stamped into shard-set manifests: which release of the platform wrote them.
+PIPELINE_VERSION = _package_version()
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,7 @@ class Settings:
     s3_endpoint: str | None  # for S3-compatible stores (SeaweedFS, MinIO) in tests and on-prem
     extract_timeout_s: float  # per-document extraction budget
     max_document_bytes: int  # larger raw records are quarantined, not processed
-    policy_file: Path | None = None  # per-dataset curation policies (fm_assets.policy)
+    policy_file: Path | None = None  # per-dataset curation policies (fm_assets.curation.policy)
 
     @property
     def dagster_home(self) -> Path:
@@ -50,17 +55,17 @@ def _int_or_none(value: str | None) -> int | None:
 def load_settings(env: dict[str, str] | None = None) -> Settings:
     """Read settings from `env` (default: the process environment), filling embedded defaults."""
     env = dict(os.environ if env is None else env)
-    home = Path(env.get("FM_HOME", ".fm")).expanduser().resolve()
+    catalog = load_loader_settings(env)
     return Settings(
-        home=home,
-        object_store=env.get("FM_OBJECT_STORE", str(home / "objects")),
-        catalog_uri=env.get("FM_CATALOG_URI", f"sqlite:///{home / 'catalog.db'}"),
-        catalog_name=env.get("FM_CATALOG_NAME", "fm"),
-        warehouse=env.get("FM_WAREHOUSE", (home / "warehouse").as_uri()),
-        namespace=env.get("FM_NAMESPACE", "fm"),
+        home=catalog.home,
+        object_store=env.get("FM_OBJECT_STORE", str(catalog.home / "objects")),
+        catalog_uri=catalog.catalog_uri,
+        catalog_name=catalog.catalog_name,
+        warehouse=catalog.warehouse,
+        namespace=catalog.namespace,
         ray_address=env.get("RAY_ADDRESS") or None,
         ray_num_cpus=_int_or_none(env.get("FM_RAY_NUM_CPUS")),
-        s3_endpoint=env.get("FM_S3_ENDPOINT") or None,
+        s3_endpoint=catalog.s3_endpoint,
         extract_timeout_s=float(env.get("FM_EXTRACT_TIMEOUT_S", "10")),
         max_document_bytes=int(env.get("FM_MAX_DOCUMENT_BYTES", str(8 * 1024 * 1024))),
         policy_file=Path(env["FM_POLICY_FILE"]).expanduser() if env.get("FM_POLICY_FILE") else None,

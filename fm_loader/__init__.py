@@ -6,7 +6,8 @@
     for batch in loader: ...
     state = loader.state_dict()          # load into a job of any world size / worker count
 
-Imports neither dagster, ray nor the fm_assets stages: trainers install only `fm-platform[loader]`.
+Imports nothing of the platform (fm_assets), dagster or ray: trainers install only
+`fm-platform[loader]`.
 """
 
 from fm_loader.collate import collate

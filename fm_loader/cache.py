@@ -29,6 +29,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from fm_loader.manifest import INDEX_NAME, MANIFEST_NAME, ShardInfo, ShardSetManifest
+from fm_loader.remote import filesystem_for
 from fm_loader.shards import REBUILD_HINT
 
 DOWNLOAD_THREADS = 8
@@ -94,8 +95,6 @@ def cached_shard_set(
 
 def remote_manifest_sha256(uri: str, s3_endpoint: str | None) -> str:
     """sha256 of the manifest published at `uri` now: the cache key of a set named by location."""
-    from fm_assets.storage.objectstore import filesystem_for
-
     fs, remote = filesystem_for(uri, s3_endpoint)
     path = f"{remote.rstrip('/')}/{MANIFEST_NAME}"
     try:
@@ -130,8 +129,6 @@ class RemoteShards:
 
     def refetch(self, shard: ShardInfo) -> None:
         """Download one shard again over the cached copy; raise naming it if it is still bad."""
-        from fm_assets.storage.objectstore import filesystem_for
-
         fs, remote = filesystem_for(self.uri, self.s3_endpoint)
         tmp = self.entry / f".{shard.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
@@ -149,9 +146,6 @@ class RemoteShards:
 
 def _download(uri: str, manifest_sha256: str, tmp: Path, s3_endpoint: str | None) -> None:
     """Copy the set into `tmp`, verifying every shard; the manifest is written last."""
-    # Imported here, not at module level: `import fm_loader` stays free of platform modules.
-    from fm_assets.storage.objectstore import filesystem_for
-
     fs, remote = filesystem_for(uri, s3_endpoint)
     remote = remote.rstrip("/")
     manifest_path = f"{remote}/{MANIFEST_NAME}"

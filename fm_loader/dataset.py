@@ -10,7 +10,6 @@ import numpy as np
 import numpy.typing as npt
 import torch.utils.data
 
-from fm_assets.settings import Settings
 from fm_loader.blocks import Block, BlockError, RawBlock
 from fm_loader.manifest import ShardSetManifest
 from fm_loader.mixture import MixtureArg, MixtureSpec, ScheduleCursor
@@ -21,6 +20,7 @@ from fm_loader.resolve import (
     resolve_shard_set,
     tokenizer_file_hash,
 )
+from fm_loader.settings import CatalogLocation
 from fm_loader.shards import ShardSet
 from fm_loader.state import PLAN_VERSION, STATE_FORMAT_VERSION, LoaderState
 
@@ -300,7 +300,7 @@ def make_dataset(
     batch_size: int = 1,
     expected_tokenizer_hash: str | None = None,
     expected_schema_fingerprint: str | None = None,
-    settings: Settings | None = None,
+    settings: CatalogLocation | None = None,
     cache_dir: str | Path | None = None,
 ) -> FmDataset:
     """Open a shard set, or a mixture of them, for training and check it before the first step.

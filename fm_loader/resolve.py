@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fm_assets.settings import Settings, load_settings
 from fm_loader.cache import RemoteShards, cached_shard_set, is_remote, remote_manifest_sha256
 from fm_loader.manifest import (
     ShardSetManifest,
@@ -22,6 +21,8 @@ from fm_loader.manifest import (
     read_manifest_bytes,
     schema_fingerprint,
 )
+from fm_loader.remote import iceberg_s3_properties
+from fm_loader.settings import CatalogLocation, load_loader_settings
 
 VERSION_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*@v[0-9]+")
 BUILD_HINT = "build it with `fm shards build {version} --tokenizer PATH --seq-len N`"
@@ -48,7 +49,7 @@ def resolve_shard_set(
     *,
     seq_len: int | None = None,
     tokenizer_hash: str | None = None,
-    settings: Settings | None = None,
+    settings: CatalogLocation | None = None,
     cache_dir: Path | None = None,
 ) -> ResolvedShardSet:
     """Locate a shard set by version key (through the catalog) or by directory / file:// URI.
@@ -58,7 +59,7 @@ def resolve_shard_set(
     """
     remote = None
     if VERSION_KEY.fullmatch(source):
-        settings = settings or load_settings()
+        settings = settings or load_loader_settings()
         row = _select_row(source, _catalog_rows(source, settings), seq_len, tokenizer_hash)
         if is_remote(row["uri"]):
             directory = cached_shard_set(
@@ -88,7 +89,7 @@ def resolve_shard_set(
         if is_remote(source):
             # Named by location, the set is pinned by the manifest published now; the cache
             # entry is keyed by that hash, so a later rebuild can never be mixed with this copy.
-            settings = settings or load_settings()
+            settings = settings or load_loader_settings()
             digest = remote_manifest_sha256(source, settings.s3_endpoint)
             directory = cached_shard_set(
                 source, digest, cache_dir=cache_dir, s3_endpoint=settings.s3_endpoint
@@ -107,7 +108,7 @@ def resolve_shard_set(
     )
 
 
-def _catalog_rows(version_key: str, settings: Settings) -> list[dict[str, Any]]:
+def _catalog_rows(version_key: str, settings: CatalogLocation) -> list[dict[str, Any]]:
     """Rows of `shard_sets` for one version, read-only; [] when catalog or table is absent."""
     sqlite_path = settings.catalog_uri.removeprefix("sqlite:///")
     if sqlite_path != settings.catalog_uri and not Path(sqlite_path).exists():
@@ -124,8 +125,6 @@ def _catalog_rows(version_key: str, settings: Settings) -> list[dict[str, Any]]:
     }
     if settings.s3_endpoint:
         # Same FileIO settings as the platform's writers (a warehouse on an S3-compatible store).
-        from fm_assets.storage.objectstore import iceberg_s3_properties
-
         properties |= iceberg_s3_properties(settings.s3_endpoint)
     catalog = SqlCatalog(settings.catalog_name, **properties)
     try:

@@ -42,7 +42,7 @@ def ray_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One local Ray for the whole session: starting Ray costs 10-25 s."""
     import ray
 
-    from fm_assets.compute import ensure_ray
+    from fm_assets.execution.compute import ensure_ray
 
     home = tmp_path_factory.mktemp("ray-home")
     ensure_ray(load_settings({"FM_HOME": str(home), "FM_RAY_NUM_CPUS": "2"}))

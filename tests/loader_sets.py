@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fm_assets.packing import PackedSequence, pack_documents
-from fm_assets.shard_writer import ShardSetHeader, sequence_tokens
-from fm_assets.shard_writer import write_shard_set as _write
+from fm_assets.shards.packing import PackedSequence, pack_documents
+from fm_assets.shards.writer import ShardSetHeader, sequence_tokens
+from fm_assets.shards.writer import write_shard_set as _write
 from fm_loader import read_manifest
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

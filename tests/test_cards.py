@@ -11,12 +11,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from fm_assets import pipeline
-from fm_assets.cards import DatasetCard, build_card, write_card, write_card_to_store
+from fm_assets.cards.card import DatasetCard, build_card, write_card, write_card_to_store
+from fm_assets.execution import pipeline
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog
 from fm_assets.storage.objectstore import open_object_store
-from fm_assets.versions import DatasetVersion, create_version
+from fm_assets.versions.dataset_version import DatasetVersion, create_version
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 NOW = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)

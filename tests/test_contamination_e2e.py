@@ -15,10 +15,11 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pytest
 
-from fm_assets import operations
+from fm_assets.commands import operations
+from fm_assets.defs.materialize import materialize
+from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog
-from fm_assets.tokenizer_registry import register_tokenizer
 from tests.conftest import NEOX_TOKENIZER, SHARED_DATA
 
 EVALSETS = SHARED_DATA / "evalsets"
@@ -150,7 +151,7 @@ def test_a_new_benchmark_rescans_versions_and_the_gate_refuses_a_shard_set(
     with dg.build_sensor_context(instance=instance, definitions=defs) as context:
         requests = list(sensor(context))
     assert [r.partition_key for r in requests] == [c.version_key]
-    operations.materialize(c.settings, ["contamination_scan"], c.version_key, print)
+    materialize(c.settings, ["contamination_scan"], c.version_key, print)
     flags = catalog.read_table(c.settings, "contamination_flags").to_pylist()
     assert {(f["version_key"], f["benchmark"], f["item_id"]) for f in flags} == {
         (c.version_key, "humaneval", 0)

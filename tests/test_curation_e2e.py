@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from fm_assets import operations, pipeline
+from fm_assets.commands import operations
+from fm_assets.execution import pipeline
+from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog
-from fm_assets.tokenizer_registry import register_tokenizer
 from tests.conftest import NEOX_TOKENIZER, REPO, SHARED_DATA
 
 pytestmark = pytest.mark.slow
@@ -82,7 +83,7 @@ def curated(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Cura
         [
             sys.executable,
             "-m",
-            "fm_assets.cli",
+            "fm_assets.commands.cli",
             "classifier",
             "train",
             "--default-recipe",
@@ -195,7 +196,7 @@ def test_language_and_scores_are_stored_per_document(curated: Curated) -> None:
 
 
 def test_policy_threshold_change_reruns_only_the_decision(curated: Curated) -> None:
-    from fm_assets.runner import run_stage
+    from fm_assets.execution.runner import run_stage
 
     policy_file = curated.settings.policy_file
     assert policy_file is not None
@@ -252,7 +253,7 @@ def test_pii_is_redacted_and_audited_without_the_values(curated: Curated) -> Non
 
 
 def test_classifier_is_registered_with_its_provenance(curated: Curated) -> None:
-    from fm_assets.classifier_registry import require_classifier
+    from fm_assets.registries.classifiers import require_classifier
 
     info = require_classifier(curated.settings, curated.classifier)
     assert info.model_sha256 == curated.classifier and 0.8 <= info.holdout_accuracy <= 1.0

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from fm_assets import operations, pipeline
+from fm_assets.commands import operations
+from fm_assets.execution import pipeline
+from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import load_settings
-from fm_assets.tokenizer_registry import register_tokenizer
 from tests.conftest import NEOX_TOKENIZER, REPO, WARC_DIR
 
 pytestmark = pytest.mark.slow

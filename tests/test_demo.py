@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fm_assets.cli import main
+from fm_assets.commands.cli import main
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 

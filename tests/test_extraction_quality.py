@@ -93,5 +93,5 @@ def test_extract_stage_macro_token_f1_on_article_benchmark() -> None:
     assert f1 >= MIN_MACRO_F1, (
         f"macro token F1 {f1:.4f} < {MIN_MACRO_F1} (precision {precision:.4f}, recall "
         f"{recall:.4f}; quarantined: {dict(quarantined) or 'none'}); compare the options in "
-        "`_trafilatura` with `python bench/eval_extraction.py`"
+        "`trafilatura_text` with `python bench/eval_extraction.py`"
     )

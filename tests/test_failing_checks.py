@@ -8,14 +8,14 @@ import pytest
 from click.testing import CliRunner
 from pyiceberg.expressions import EqualTo
 
-from fm_assets import operations
-from fm_assets.checks import data_checks
-from fm_assets.cli import main
+from fm_assets.checks import documents
+from fm_assets.commands import operations
+from fm_assets.commands.cli import main
+from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.objectstore import open_object_store
-from fm_assets.tokenizer_registry import register_tokenizer
-from fm_assets.versions import default_batches
+from fm_assets.versions.dataset_version import default_batches
 from tests.conftest import NEOX_TOKENIZER
 
 pytestmark = pytest.mark.slow
@@ -69,7 +69,7 @@ def test_accounting_check_catches_lost_records(
     ray_session: None, fm_settings: Settings, tmp_path: Path
 ) -> None:
     batch = _processed_notes(fm_settings, tmp_path / "notes", "lakes")
-    outcome = data_checks.records_accounted_for(fm_settings, "normalized_documents", batch)
+    outcome = documents.records_accounted_for(fm_settings, "normalized_documents", batch)
     assert outcome.passed, outcome.description
 
     # Drop one normalized row without a quarantine row: a record silently lost.
@@ -77,7 +77,7 @@ def test_accounting_check_catches_lost_records(
     catalog.replace_rows(
         fm_settings, "normalized_documents", table.slice(1), EqualTo("batch_id", batch)
     )
-    outcome = data_checks.records_accounted_for(fm_settings, "normalized_documents", batch)
+    outcome = documents.records_accounted_for(fm_settings, "normalized_documents", batch)
     assert not outcome.passed
     assert "1 lost" in outcome.description
 
@@ -91,6 +91,6 @@ def test_expectations_catch_an_empty_text(
     texts[0] = ""
     broken = table.set_column(table.schema.get_field_index("text"), "text", [texts])
     catalog.replace_rows(fm_settings, "extracted_documents", broken, EqualTo("batch_id", batch))
-    outcome = data_checks.document_expectations(fm_settings, "extracted_documents", batch)
+    outcome = documents.document_expectations(fm_settings, "extracted_documents", batch)
     assert not outcome.passed
     assert "text" in outcome.description

@@ -70,7 +70,7 @@ def test_fm_land_prints_the_batch_id_last(fm_settings: Settings, tmp_path: Path)
     command = [
         sys.executable,
         "-m",
-        "fm_assets.cli",
+        "fm_assets.commands.cli",
         "land",
         str(path),
         "--source",

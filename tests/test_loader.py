@@ -21,7 +21,7 @@ import torch
 from loader_sets import PAD, TOKENIZER, WARC, Built, build, build_from_warc, sha, synthetic_docs
 
 from fm_assets.settings import Settings, load_settings
-from fm_assets.shard_writer import manifest_sha256
+from fm_assets.shards.writer import manifest_sha256
 from fm_loader import IGNORE_INDEX, FmDataset, collate, make_dataset
 from fm_loader.manifest import MANIFEST_NAME
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fm_assets.packing import PackedSequence, Segment, pack_documents, packing_efficiency
+from fm_assets.shards.packing import PackedSequence, Segment, pack_documents, packing_efficiency
 
 
 def doc_id(i: int) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from fm_assets import pipeline
+from fm_assets.execution import pipeline
 from tests.conftest import REPO
 
 
@@ -46,8 +46,8 @@ def test_definitions_hold_the_whole_graph() -> None:
 @pytest.mark.slow
 def test_near_dedup_batches_run_one_at_a_time(fm_settings: object) -> None:
     """Two batches must never both keep a near-duplicate pair: the stage's pool has limit 1."""
+    from fm_assets.commands.operations import dagster_instance
     from fm_assets.definitions import defs
-    from fm_assets.operations import dagster_instance
 
     assert defs.resolve_assets_def("near_deduplicated_documents").op.pool == "neardup"
     assert defs.resolve_assets_def("pii_redacted_documents").op.pool == "ray"

@@ -18,11 +18,11 @@ from typing import Any
 import pyarrow.fs as pafs
 import pytest
 
-from fm_assets import operations
+from fm_assets.commands import operations
+from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog
 from fm_assets.storage.landing import BatchManifest
-from fm_assets.tokenizer_registry import register_tokenizer
 from tests.conftest import NEOX_TOKENIZER, WARC_DIR
 from tests.s3_server import S3Server, seaweedfs_s3
 
@@ -62,7 +62,7 @@ def _ray_workers_with(env: dict[str, str], num_cpus: int) -> None:
     """
     import ray
 
-    from fm_assets.compute import ensure_ray
+    from fm_assets.execution.compute import ensure_ray
 
     @ray.remote(num_cpus=0)
     def worker_env(names: list[str]) -> dict[str, str | None]:
@@ -84,7 +84,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 def platform(
     request: pytest.FixtureRequest, s3: S3Server, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[S3Platform]:
-    from fm_assets.shard_sets import read_shard_set_row
+    from fm_assets.shards.build import read_shard_set_row
 
     home = tmp_path_factory.mktemp("s3-platform") / "fm"
     with pytest.MonkeyPatch.context() as env:
@@ -242,7 +242,7 @@ def test_shard_set_is_published_in_the_bucket(platform: S3Platform) -> None:
 
 def test_loader_serves_every_sample_from_the_cache(platform: S3Platform) -> None:
     import fm_loader
-    from fm_assets.versions import require_version, version_documents
+    from fm_assets.versions.dataset_version import require_version, version_documents
 
     dataset = fm_loader.make_dataset(
         platform.version_key,
@@ -323,8 +323,8 @@ def test_upload_publishes_the_manifest_last_and_bad_sets_are_refused(
     """A copy of the set, uploaded again: the manifest goes last, and a set with a missing
     manifest or a damaged shard is never cached and fails its checks."""
     import fm_loader
-    from fm_assets.checks.shard_checks import published_copy, shard_checksums_valid
-    from fm_assets.shard_sets import upload_shard_set
+    from fm_assets.checks.shard_sets import published_copy, shard_checksums_valid
+    from fm_assets.shards.build import upload_shard_set
     from fm_assets.storage.objectstore import ObjectStore, open_object_store
     from fm_loader.cache import cached_shard_set
 

@@ -14,8 +14,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from fm_assets.packing import PackedSequence, Segment, pack_documents
-from fm_assets.shard_writer import (
+from fm_assets.shards.packing import PackedSequence, Segment, pack_documents
+from fm_assets.shards.writer import (
     ShardSetHeader,
     manifest_sha256,
     sequence_tokens,

@@ -17,11 +17,12 @@ import pyarrow.compute as pc
 import pytest
 from click.testing import CliRunner
 
-from fm_assets import operations, pipeline
+from fm_assets.commands import operations
+from fm_assets.execution import pipeline
+from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog
 from fm_assets.storage.landing import BatchManifest
-from fm_assets.tokenizer_registry import register_tokenizer
 from tests.conftest import LLAMA_TOKENIZER, NEOX_TOKENIZER, WARC_DIR
 
 pytestmark = pytest.mark.slow
@@ -164,7 +165,7 @@ def test_rerun_with_same_inputs_does_no_work(spine: Spine) -> None:
 
 
 def test_version_is_tagged_and_immutable(spine: Spine) -> None:
-    from fm_assets.versions import create_version, read_version
+    from fm_assets.versions.dataset_version import create_version, read_version
 
     s = spine.settings
     version = read_version(s, spine.version_key)
@@ -181,7 +182,7 @@ def test_version_is_tagged_and_immutable(spine: Spine) -> None:
 
 
 def test_shard_set_manifest_and_packing(spine: Spine) -> None:
-    from fm_assets.shard_sets import read_shard_set_row
+    from fm_assets.shards.build import read_shard_set_row
     from fm_loader.manifest import read_manifest, schema_fingerprint
 
     row = read_shard_set_row(spine.settings, spine.shard_set_key)
@@ -204,7 +205,7 @@ def test_shard_set_manifest_and_packing(spine: Spine) -> None:
 
 
 def operations_version_tokens(spine: Spine) -> int:
-    from fm_assets.versions import require_version
+    from fm_assets.versions.dataset_version import require_version
 
     return require_version(spine.settings, spine.version_key).num_tokens
 
@@ -293,7 +294,7 @@ def test_second_tokenizer_gets_its_own_shard_set(spine: Spine) -> None:
 
 
 def test_cli_export_and_status(spine: Spine, tmp_path: Path) -> None:
-    from fm_assets.cli import main
+    from fm_assets.commands.cli import main
 
     runner = CliRunner()
     out = tmp_path / "docs.jsonl"
@@ -321,8 +322,8 @@ def test_cli_export_and_status(spine: Spine, tmp_path: Path) -> None:
 
 
 def test_cli_version_and_shards_print_their_keys_last(spine: Spine) -> None:
-    from fm_assets.cli import main
-    from fm_assets.shard_sets import read_shard_set_row
+    from fm_assets.commands.cli import main
+    from fm_assets.shards.build import read_shard_set_row
 
     runner = CliRunner()
     created = runner.invoke(main, ["version", "create", "web"])
@@ -375,7 +376,7 @@ def test_dataset_card_is_attached_to_the_version_and_written_next_to_the_shard_s
 ) -> None:
     import dagster as dg
 
-    from fm_assets.shard_sets import shard_set_prefix
+    from fm_assets.shards.build import shard_set_prefix
     from fm_assets.storage.objectstore import open_object_store
 
     store = open_object_store(spine.settings)

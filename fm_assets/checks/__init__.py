@@ -1,1 +1,1 @@
-"""Data-quality checks on document tables, independent of Dagster."""
+"""Data checks as plain functions over the catalog and the object store; `table` declares them."""

@@ -49,6 +49,7 @@ from fm_assets.contamination.normalize import (
     sequence_hash,
     word_hashes,
 )
+from fm_assets.storage.tables import TableSpec, declare
 
 # Bump whenever the normalisation, the hashes or the rules change: registries built under another
 # version do not match the same way, and the matcher refuses them.
@@ -91,6 +92,13 @@ REGISTRY_SCHEMA = pa.schema(
         pa.field("length", pa.int32(), nullable=False),  # words hashed (ngram_size for ngram)
         pa.field("ngram_hash", pa.int64(), nullable=False),  # uint64 bits
     ]
+)
+
+
+# Per registered eval item: exact hash and counts; per looked-up hash: its item and role.
+declare(
+    TableSpec("contamination_items", ITEMS_SCHEMA, ("benchmark",)),
+    TableSpec("contamination_ngrams", REGISTRY_SCHEMA, ("benchmark",)),
 )
 
 

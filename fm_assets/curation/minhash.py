@@ -54,6 +54,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fm_assets.storage.tables import TableSpec, declare
+
 MINHASH_VERSION = "minhash_v1"
 
 U64 = npt.NDArray[np.uint64]
@@ -72,6 +74,16 @@ NEARDUP_INDEX_SCHEMA = pa.schema(
         pa.field("shingle_hashes", pa.list_(pa.int64()), nullable=True),
         pa.field("index_config", pa.string(), nullable=False),  # MinHashConfig.index_config
     ]
+)
+
+
+# The global near-duplicate index: band hashes of every kept document of every batch.
+declare(
+    TableSpec(
+        "neardup_index",
+        pa.schema([pa.field("batch_id", pa.string(), nullable=False), *NEARDUP_INDEX_SCHEMA]),
+        ("batch_id",),
+    )
 )
 
 _MASK64 = (1 << 64) - 1

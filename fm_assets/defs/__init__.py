@@ -1,31 +1,29 @@
-"""Dagster objects only, one module per layer: landing, curated, versions, shards."""
+"""Dagster objects only, one module per layer: landing, curated, versions, shards, registry."""
 
 from __future__ import annotations
 
-import warnings
+import functools
 
 import dagster as dg
 
-# Partitioned asset checks are a preview feature in Dagster 1.13; we rely on them knowingly.
-warnings.filterwarnings("ignore", category=dg.PreviewWarning)
-warnings.filterwarnings("ignore", category=dg.BetaWarning)
+from fm_assets.defs.curated import build_curated_assets
+from fm_assets.defs.jobs import process_landing_batch
+from fm_assets.defs.landing import build_landing_sensor, landing_batch
+from fm_assets.defs.registry import (
+    contamination_registry,
+    contamination_registry_sensor,
+    contamination_scan,
+    quality_classifier_registry,
+    rescan_versions,
+)
+from fm_assets.defs.resources import FmPlatform
+from fm_assets.defs.shards import shard_set
+from fm_assets.defs.versions import dataset_version
 
 
+@functools.cache
 def build_definitions() -> dg.Definitions:
-    from fm_assets.defs.curated import build_curated_assets
-    from fm_assets.defs.jobs import process_landing_batch
-    from fm_assets.defs.landing import build_landing_sensor, landing_batch
-    from fm_assets.defs.registry import (
-        contamination_registry,
-        contamination_registry_sensor,
-        contamination_scan,
-        quality_classifier_registry,
-        rescan_versions,
-    )
-    from fm_assets.defs.resources import FmPlatform
-    from fm_assets.defs.shards import shard_set
-    from fm_assets.defs.versions import dataset_version
-
+    """Every asset, job, sensor and resource of the platform's code location."""
     return dg.Definitions(
         assets=[
             landing_batch,

@@ -1,59 +1,19 @@
 """The curated layer: one asset per pipeline stage, partitioned by landing batch.
 
-Built from `fm_assets.pipeline.CURATION_STAGES`, so a new stage appears here without edits.
+Built from `execution.pipeline.CURATION_STAGES`, so a new stage appears here without edits.
 """
 
 import dataclasses
 
 import dagster as dg
 
-from fm_assets import pipeline
-from fm_assets.checks import data_checks
-from fm_assets.defs.checks import to_check_result
+from fm_assets.checks.table import BATCH_CHECKS, BatchSubject, evaluate
+from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.landing import LANDING_BATCH
 from fm_assets.defs.partitions import landing_batches
 from fm_assets.defs.resources import FmPlatform
-from fm_assets.runner import run_stage
-
-
-def _check_specs(key: dg.AssetKey, stage: str) -> list[dg.AssetCheckSpec]:
-    specs = [
-        dg.AssetCheckSpec(
-            "records_accounted_for",
-            asset=key,
-            blocking=True,
-            partitions_def=landing_batches,
-            description="records in = records kept + records quarantined, recounted from Iceberg.",
-        ),
-        dg.AssetCheckSpec(
-            "document_expectations",
-            asset=key,
-            blocking=True,
-            partitions_def=landing_batches,
-            description="great-expectations: schema, unique ids, hashes, non-empty text.",
-        ),
-    ]
-    if stage == "tokenized_documents":
-        specs.append(
-            dg.AssetCheckSpec(
-                "token_counts_consistent",
-                asset=key,
-                blocking=True,
-                partitions_def=landing_batches,
-                description="num_tokens matches the token lists; ids inside the vocabulary.",
-            )
-        )
-    return specs
-
-
-def _outcomes(settings: object, stage: str, batch_id: str) -> list[data_checks.CheckOutcome]:
-    outcomes = [
-        data_checks.records_accounted_for(settings, stage, batch_id),  # type: ignore[arg-type]
-        data_checks.document_expectations(settings, stage, batch_id),  # type: ignore[arg-type]
-    ]
-    if stage == "tokenized_documents":
-        outcomes.append(data_checks.token_counts_consistent(settings, batch_id))  # type: ignore[arg-type]
-    return outcomes
+from fm_assets.execution import pipeline
+from fm_assets.execution.runner import run_stage
 
 
 def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.AssetsDefinition:
@@ -64,7 +24,7 @@ def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.A
         group_name="curated",
         partitions_def=landing_batches,
         deps=[upstream],
-        check_specs=_check_specs(key, entry.name),
+        check_specs=check_specs(key, BATCH_CHECKS, landing_batches),
         pool=entry.pool,
         kinds={"ray", "iceberg"},
         description=entry.description,
@@ -77,7 +37,9 @@ def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.A
         )
         checks = [
             to_check_result(settings, key, batch_id, outcome, context.run.run_id)
-            for outcome in _outcomes(settings, entry.name, batch_id)
+            for outcome in evaluate(
+                entry.name, BATCH_CHECKS, BatchSubject(settings, entry.name, batch_id)
+            )
         ]
         metadata = {
             k: dg.MetadataValue.json(v) if isinstance(v, dict) else v

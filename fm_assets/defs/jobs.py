@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from fm_assets import pipeline
 from fm_assets.defs.landing import LANDING_BATCH
+from fm_assets.execution import pipeline
 
 BATCH_ASSET_KEYS = [LANDING_BATCH, *(dg.AssetKey(name) for name in pipeline.STAGE_NAMES)]
 

@@ -3,8 +3,8 @@
 import dagster as dg
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
-from fm_assets.checks.landing_checks import files_match_manifest
-from fm_assets.defs.checks import to_check_result
+from fm_assets.checks.table import BATCH_CHECKS, BatchSubject, evaluate
+from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.partitions import landing_batches
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.storage.landing import published_log, read_manifest
@@ -18,21 +18,13 @@ LANDING_BATCH = dg.AssetKey("landing_batch")
     group_name="landing",
     partitions_def=landing_batches,
     kinds={"s3"},
-    check_specs=[
-        dg.AssetCheckSpec(
-            "files_match_manifest",
-            asset=LANDING_BATCH,
-            blocking=True,
-            partitions_def=landing_batches,
-            description="Every file in the manifest is present with its recorded size and sha256.",
-        )
-    ],
+    check_specs=check_specs(LANDING_BATCH, BATCH_CHECKS, landing_batches),
     description="An immutable, content-addressed batch of landed files with its manifest.",
 )
 def landing_batch(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
     settings = fm.settings()
     manifest = read_manifest(open_object_store(settings), context.partition_key)
-    outcome = files_match_manifest(settings, manifest.batch_id)
+    subject = BatchSubject(settings, LANDING_BATCH.to_user_string(), manifest.batch_id)
     return dg.MaterializeResult(
         metadata={
             "source": manifest.source,
@@ -43,9 +35,8 @@ def landing_batch(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.Mater
             "bytes": manifest.total_bytes,
         },
         check_results=[
-            to_check_result(
-                settings, LANDING_BATCH, context.partition_key, outcome, context.run.run_id
-            )
+            to_check_result(settings, LANDING_BATCH, manifest.batch_id, outcome, context.run.run_id)
+            for outcome in evaluate(LANDING_BATCH.to_user_string(), BATCH_CHECKS, subject)
         ],
         data_version=dg.DataVersion(manifest.batch_id),
     )

@@ -1,4 +1,4 @@
-"""Partitions: one per landing batch, one per dataset version, and version x shard config."""
+"""Partitions: landing batches, dataset versions, version x shard config, and registry entries."""
 
 from __future__ import annotations
 
@@ -10,3 +10,5 @@ shard_configs = dg.DynamicPartitionsDefinition(name="shard_config")  # "<tokeniz
 shard_set_partitions = dg.MultiPartitionsDefinition(
     {"version": dataset_versions, "shard_config": shard_configs}
 )
+quality_classifiers = dg.DynamicPartitionsDefinition(name="quality_classifier")  # model sha256
+benchmarks = dg.DynamicPartitionsDefinition(name="benchmark")  # contamination registry entries

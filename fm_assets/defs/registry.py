@@ -7,10 +7,20 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from fm_assets.defs.partitions import dataset_versions
+from fm_assets.cards.card import build_card, write_card_to_store
+from fm_assets.contamination.store import (
+    local_copy,
+    register_benchmark,
+    registered_benchmark,
+    registry_ref,
+)
+from fm_assets.defs.partitions import benchmarks, dataset_versions, quality_classifiers
 from fm_assets.defs.resources import FmPlatform
-
-quality_classifiers = dg.DynamicPartitionsDefinition(name="quality_classifier")  # model sha256
+from fm_assets.registries.classifiers import require_classifier
+from fm_assets.storage import catalog, schemas
+from fm_assets.storage.objectstore import open_object_store
+from fm_assets.versions.contamination_scan import scan_version
+from fm_assets.versions.dataset_version import require_version
 
 
 @dg.asset(
@@ -23,7 +33,6 @@ quality_classifiers = dg.DynamicPartitionsDefinition(name="quality_classifier") 
 def quality_classifier_registry(
     context: dg.AssetExecutionContext, fm: FmPlatform
 ) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
-    from fm_assets.classifier_registry import require_classifier
 
     info = require_classifier(fm.settings(), context.partition_key)
     report = info.report
@@ -44,7 +53,6 @@ def quality_classifier_registry(
     )
 
 
-benchmarks = dg.DynamicPartitionsDefinition(name="benchmark")
 CONTAMINATION_REGISTRY = dg.AssetKey("contamination_registry")
 
 
@@ -68,13 +76,6 @@ def contamination_registry(
 ) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
     import tempfile
     from pathlib import Path
-
-    from fm_assets.contamination.store import (
-        local_copy,
-        register_benchmark,
-        registered_benchmark,
-        registry_ref,
-    )
 
     settings = fm.settings()
     benchmark = context.partition_key
@@ -122,13 +123,6 @@ def contamination_registry(
 )
 def contamination_scan(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
     import pyarrow as pa
-
-    from fm_assets.cards import build_card, write_card_to_store
-    from fm_assets.contamination.scan import scan_version
-    from fm_assets.contamination.store import registry_ref
-    from fm_assets.storage import catalog, schemas
-    from fm_assets.storage.objectstore import open_object_store
-    from fm_assets.versions import require_version
 
     settings = fm.settings()
     version = require_version(settings, context.partition_key)

@@ -1,38 +1,30 @@
 """The shards layer: MDS shard sets, partitioned by dataset version x shard config."""
 
+import warnings
+
 import dagster as dg
 
-from fm_assets.cards import build_card, write_card_to_store
-from fm_assets.checks.shard_checks import (
-    published_copy,
-    samples_carry_provenance,
-    shard_checksums_valid,
-    token_counts_match_version,
-)
-from fm_assets.contamination.scan import no_contaminated_samples
-from fm_assets.defs.checks import to_check_result
+from fm_assets.cards.card import build_card, write_card_to_store
+from fm_assets.checks.shard_sets import published_copy
+from fm_assets.checks.table import SHARD_SET_CHECKS, ShardSetSubject, evaluate
+from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.partitions import shard_set_partitions
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.defs.versions import DATASET_VERSION
-from fm_assets.shard_sets import (
+from fm_assets.registries.tokenizers import resolve_tokenizer
+from fm_assets.shards.build import (
     build_shard_set,
     parse_shard_config,
     shard_set_key,
     shard_set_prefix,
 )
 from fm_assets.storage.objectstore import open_object_store
-from fm_assets.tokenizer_registry import resolve_tokenizer
-from fm_assets.versions import require_version
+from fm_assets.versions.dataset_version import require_version
 
 SHARD_SET = dg.AssetKey("shard_set")
 
-_CHECKS = {
-    "shard_checksums_valid": "Every shard's sha256 matches the manifest.",
-    "token_counts_match_version": "Shards hold exactly the tokens of the version's documents.",
-    "samples_carry_provenance": "Every sample names documents of the version with valid spans.",
-    "no_contaminated_samples": "The gate: no sample holds a document matching the contamination "
-    "registry as it stands when the shard set is built.",
-}
+# MultiToSingleDimensionPartitionMapping is beta in Dagster 1.13; it is the mapping we need.
+warnings.filterwarnings("ignore", category=dg.BetaWarning)
 
 
 @dg.asset(
@@ -50,16 +42,7 @@ _CHECKS = {
     ],
     kinds={"ray"},
     pool="ray",
-    check_specs=[
-        dg.AssetCheckSpec(
-            name,
-            asset=SHARD_SET,
-            blocking=True,
-            partitions_def=shard_set_partitions,
-            description=text,
-        )
-        for name, text in _CHECKS.items()
-    ],
+    check_specs=check_specs(SHARD_SET, SHARD_SET_CHECKS, shard_set_partitions),
     description="A version packed best-fit-decreasing into seq_len sequences, as MDS shards.",
 )
 def shard_set(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
@@ -83,12 +66,8 @@ def shard_set(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.Materiali
     version = require_version(settings, version_key)
     # On S3 the checks read a fresh download of what was published, not the staging copy.
     with published_copy(build.uri, manifest, settings.s3_endpoint) as directory:
-        outcomes = [
-            shard_checksums_valid(directory, manifest),
-            token_counts_match_version(manifest, build.documents_tokens),
-            samples_carry_provenance(directory, manifest, settings, version),
-            no_contaminated_samples(settings, directory, manifest, version),
-        ]
+        subject = ShardSetSubject(settings, directory, manifest, version, build.documents_tokens)
+        outcomes = evaluate(SHARD_SET.to_user_string(), SHARD_SET_CHECKS, subject)
     partition = shard_set_key(version_key, config)
     card = build_card(settings, version)
     card_uris = write_card_to_store(

@@ -3,13 +3,13 @@
 import dagster as dg
 from pydantic import Field
 
-from fm_assets.cards import build_card, write_card_to_store
-from fm_assets.checks.data_checks import CheckOutcome
-from fm_assets.defs.checks import to_check_result
+from fm_assets.cards.card import build_card, write_card_to_store
+from fm_assets.checks.table import VERSION_CHECKS, VersionSubject, evaluate
+from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.partitions import dataset_versions
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.storage.objectstore import open_object_store
-from fm_assets.versions import create_version, version_counts_match
+from fm_assets.versions.dataset_version import create_version
 
 DATASET_VERSION = dg.AssetKey("dataset_version")
 
@@ -26,15 +26,7 @@ class DatasetVersionConfig(dg.Config):
     partitions_def=dataset_versions,
     deps=[dg.AssetDep("tokenized_documents", partition_mapping=dg.AllPartitionMapping())],
     kinds={"iceberg"},
-    check_specs=[
-        dg.AssetCheckSpec(
-            "version_counts_match",
-            asset=DATASET_VERSION,
-            blocking=True,
-            partitions_def=dataset_versions,
-            description="Documents and tokens recounted at the version's tags match its record.",
-        )
-    ],
+    check_specs=check_specs(DATASET_VERSION, VERSION_CHECKS, dataset_versions),
     description="An immutable cut of curated batches: a dataset_versions row and Iceberg tags.",
 )
 def dataset_version(
@@ -44,8 +36,6 @@ def dataset_version(
     version, created = create_version(
         settings, context.partition_key, config.batches or None, context.run.run_id
     )
-    passed, description = version_counts_match(settings, version)
-    outcome = CheckOutcome("version_counts_match", passed, description)
     card = build_card(settings, version)
     card_uris = write_card_to_store(
         card, open_object_store(settings), f"cards/{version.version_key}"
@@ -67,6 +57,9 @@ def dataset_version(
         check_results=[
             to_check_result(
                 settings, DATASET_VERSION, version.version_key, outcome, context.run.run_id
+            )
+            for outcome in evaluate(
+                DATASET_VERSION.to_user_string(), VERSION_CHECKS, VersionSubject(settings, version)
             )
         ],
         data_version=dg.DataVersion(version.content_hash[:16]),

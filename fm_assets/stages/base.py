@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
@@ -18,6 +19,7 @@ from typing import ClassVar
 import pyarrow as pa
 
 from fm_assets.storage import schemas
+from fm_assets.storage.tables import TableSpec, declare
 
 
 @dataclass(frozen=True)
@@ -64,21 +66,39 @@ class CombineContext:
 class Stage(ABC):
     """One curation step. Subclasses are frozen dataclasses whose fields are their config.
 
-    Bump `version` whenever the output for the same input and config would change: the
-    version is part of the content key that lets reruns skip work.
+    `name` is the stage's one name: its output table (declared here, partitioned by batch), its
+    Dagster asset and its pipeline entry. The first paragraph of the class docstring describes
+    the asset. Bump `version` whenever the output for the same input and config would change:
+    the version is part of the content key that lets reruns skip work.
     """
 
     name: ClassVar[str]
     version: ClassVar[str]
-    output_table: ClassVar[str]
     output_schema: ClassVar[pa.Schema]
     # What `process` returns when `combine` finishes the job (near-dedup: sketches ride along).
     work_schema: ClassVar[pa.Schema | None] = None
     # Side tables the stage writes, replaced per batch with its output (see StageResult.side).
     side_tables: ClassVar[tuple[str, ...]] = ()
 
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            declare(TableSpec(cls.name, cls.output_schema, ("batch_id",)))
+
+    @classmethod
+    def description(cls) -> str:
+        """The first paragraph of the class docstring: what the stage's table holds."""
+        doc = inspect.getdoc(cls) or cls.name
+        return " ".join(doc.split("\n\n")[0].split())
+
     def config(self) -> dict[str, object]:
-        return dataclasses.asdict(self) if dataclasses.is_dataclass(self) else {}
+        """The fields that decide the output: every dataclass field but `compare=False` ones
+        (where to reach a store, a registry copy's location), which are not content."""
+        if not dataclasses.is_dataclass(self):
+            return {}
+        return {
+            f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.compare
+        }
 
     def config_hash(self) -> str:
         canonical = json.dumps(self.config(), sort_keys=True, default=str)
@@ -91,6 +111,10 @@ class Stage(ABC):
     def combine(self, result: StageResult, context: CombineContext) -> StageResult:
         """Decide what needs the whole batch; runs once on the driver. Default: nothing."""
         return result
+
+
+def _plain(value: object) -> object:
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value  # type: ignore[arg-type]
 
 
 def quarantine_rows(rows: list[dict[str, object]]) -> pa.Table:

@@ -13,6 +13,8 @@ from typing import ClassVar
 
 import pyarrow as pa
 
+from fm_assets.contamination.matcher import redact
+from fm_assets.contamination.store import describe, load_matcher
 from fm_assets.settings import Settings
 from fm_assets.stages.base import Stage, StageResult, split_kept
 from fm_assets.storage import schemas
@@ -20,11 +22,14 @@ from fm_assets.storage import schemas
 
 @dataclass(frozen=True)
 class DecontaminateStage(Stage):
-    """Match every document against the registry at `registry`; drop (default) or redact."""
+    """Documents holding a registered eval item (n-gram overlap, numbers masked) dropped or
+    redacted; mandatory before tokenization.
+
+    Match every document against the registry at `registry`; drop (default) or redact.
+    """
 
     name: ClassVar[str] = "decontaminated_documents"
     version: ClassVar[str] = "1"
-    output_table: ClassVar[str] = "decontaminated_documents"
     output_schema: ClassVar[pa.Schema] = schemas.TEXT_DOCUMENTS
     side_tables: ClassVar[tuple[str, ...]] = ("contamination_matches",)
 
@@ -35,14 +40,7 @@ class DecontaminateStage(Stage):
     # Where workers read the registry from; not part of the output's identity.
     settings: Settings | None = field(default=None, compare=False)
 
-    def config(self) -> dict[str, object]:
-        values = super().config()
-        values.pop("settings", None)
-        return values
-
     def process(self, batch: pa.Table) -> StageResult:
-        from fm_assets.contamination.matcher import redact
-        from fm_assets.contamination.store import describe, load_matcher
 
         if self.settings is None:
             raise ValueError("DecontaminateStage needs settings to read the registry")

@@ -13,7 +13,7 @@ from fm_assets.stages.timeout import CallTimeout, call_with_timeout
 from fm_assets.storage import schemas
 
 
-def _trafilatura(html: str, url: str | None) -> str | None:
+def trafilatura_text(html: str, url: str | None) -> str | None:
     import trafilatura
 
     return trafilatura.extract(
@@ -28,11 +28,13 @@ def _trafilatura(html: str, url: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class ExtractStage(Stage):
-    """Decode raw bytes and extract the main text; quarantine what yields no text."""
+    """Main text of HTML pages (trafilatura, per-document timeout); text passes through.
+
+    Decode raw bytes and extract the main text; quarantine what yields no text.
+    """
 
     name: ClassVar[str] = "extracted_documents"
     version: ClassVar[str] = "1"
-    output_table: ClassVar[str] = "extracted_documents"
     output_schema: ClassVar[pa.Schema] = schemas.TEXT_DOCUMENTS
 
     timeout_s: float = 10.0
@@ -69,7 +71,7 @@ class ExtractStage(Stage):
         if kind != "html":
             return decoded, None
         try:
-            text = call_with_timeout(lambda: _trafilatura(decoded, url), self.timeout_s)
+            text = call_with_timeout(lambda: trafilatura_text(decoded, url), self.timeout_s)
         except CallTimeout as exc:
             return None, ("extraction_timeout", f"trafilatura {exc} (timeout_s={self.timeout_s:g})")
         except Exception as exc:  # trafilatura/lxml raise many types on hostile markup

@@ -14,7 +14,9 @@ from fm_assets.storage import schemas
 
 @dataclass(frozen=True)
 class LanguageStage(Stage):
-    """Tag each document's language; quarantine what the dataset's policy does not allow.
+    """fastText lid.176 language and score; languages the dataset does not allow quarantined.
+
+    Tag each document's language; quarantine what the dataset's policy does not allow.
 
     `allowed` empty keeps every language the model can name; a document with no letters the
     model can judge ("und") is always quarantined.
@@ -22,7 +24,6 @@ class LanguageStage(Stage):
 
     name: ClassVar[str] = "language_tagged_documents"
     version: ClassVar[str] = f"1-{LANGID_MODEL_VERSION}"
-    output_table: ClassVar[str] = "language_tagged_documents"
     output_schema: ClassVar[pa.Schema] = schemas.LANGUAGE_TAGGED_DOCUMENTS
 
     allowed: tuple[str, ...] = ()

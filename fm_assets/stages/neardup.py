@@ -15,7 +15,13 @@ from typing import ClassVar
 import numpy as np
 import pyarrow as pa
 
-from fm_assets.curation.minhash import MINHASH_VERSION, BatchSketch, MinHashConfig, NearDupIndex
+from fm_assets.curation.minhash import (
+    MINHASH_VERSION,
+    BatchSketch,
+    MinHashConfig,
+    NearDupIndex,
+    sketch,
+)
 from fm_assets.stages.base import CombineContext, Stage, StageResult, quarantine_rows
 from fm_assets.storage import schemas
 
@@ -28,11 +34,13 @@ NEARDUP_WORK = pa.schema([*schemas.TEXT_DOCUMENTS, *_SKETCH_FIELDS])
 
 @dataclass(frozen=True)
 class NearDupStage(Stage):
-    """Quarantine documents whose shingle Jaccard with a kept document reaches the threshold."""
+    """MinHash LSH (14x8 bands, exact Jaccard >= 0.8) against every batch's kept documents.
+
+    Quarantine documents whose shingle Jaccard with a kept document reaches the threshold.
+    """
 
     name: ClassVar[str] = "near_deduplicated_documents"
     version: ClassVar[str] = f"1-{MINHASH_VERSION}"
-    output_table: ClassVar[str] = "near_deduplicated_documents"
     output_schema: ClassVar[pa.Schema] = schemas.TEXT_DOCUMENTS
     work_schema: ClassVar[pa.Schema | None] = NEARDUP_WORK
     side_tables: ClassVar[tuple[str, ...]] = ("neardup_index",)
@@ -40,7 +48,6 @@ class NearDupStage(Stage):
     minhash: MinHashConfig = field(default_factory=MinHashConfig)
 
     def process(self, batch: pa.Table) -> StageResult:
-        from fm_assets.curation.minhash import sketch
 
         made = sketch(batch.column("text").to_pylist(), self.minhash)
         shingles = pa.array([s.view(np.int64) for s in made.shingles], pa.large_list(pa.int64()))

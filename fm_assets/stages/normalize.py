@@ -29,11 +29,13 @@ def normalize_text(text: str) -> str:
 
 @dataclass(frozen=True)
 class NormalizeStage(Stage):
-    """Normalise text; a document left empty is quarantined."""
+    """Unicode NFC and whitespace normalisation; a document left empty is quarantined.
+
+    Normalise text; a document left empty is quarantined.
+    """
 
     name: ClassVar[str] = "normalized_documents"
     version: ClassVar[str] = "1"
-    output_table: ClassVar[str] = "normalized_documents"
     output_schema: ClassVar[pa.Schema] = schemas.TEXT_DOCUMENTS
 
     def process(self, batch: pa.Table) -> StageResult:

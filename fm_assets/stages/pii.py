@@ -18,11 +18,13 @@ from fm_assets.storage import schemas
 
 @dataclass(frozen=True)
 class PiiStage(Stage):
-    """Redact PII (or pass text through when the dataset's policy turns redaction off)."""
+    """Emails, phones, public IPs and card numbers replaced by tokens; audit in pii_redactions.
+
+    Redact PII (or pass text through when the dataset's policy turns redaction off).
+    """
 
     name: ClassVar[str] = "pii_redacted_documents"
     version: ClassVar[str] = f"1-{PII_RULES_VERSION}"
-    output_table: ClassVar[str] = "pii_redacted_documents"
     output_schema: ClassVar[pa.Schema] = schemas.TEXT_DOCUMENTS
     side_tables: ClassVar[tuple[str, ...]] = ("pii_redactions",)
 

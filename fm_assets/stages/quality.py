@@ -8,39 +8,57 @@ nothing; `quality_filtered_documents` reads those stored scores and applies the 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import pyarrow as pa
 
-from fm_assets.curation.quality_rules import RULES_VERSION, SCORE_COLUMNS, decide_batch
+from fm_assets.curation.quality_classifier import score_texts as classify
+from fm_assets.curation.quality_rules import (
+    RULES_VERSION,
+    SCORE_COLUMNS,
+    QualityThresholds,
+    decide_batch,
+    score_texts,
+)
+from fm_assets.registries.classifiers import load_registered_classifier
 from fm_assets.stages.base import Stage, StageResult, split_kept
 from fm_assets.storage import schemas
+
+# Scores only: every document of the batch is kept; `quality_filtered_documents` decides.
+QUALITY_SCORED_DOCUMENTS = pa.schema(
+    [
+        *schemas.TEXT_DOCUMENTS,
+        pa.field("language", pa.string(), nullable=False),
+        *(pa.field(name, dtype, nullable=False) for name, dtype in SCORE_COLUMNS.items()),
+        pa.field("classifier_sha256", pa.string(), nullable=True),
+        pa.field("classifier_score", pa.float64(), nullable=True),  # P(high quality)
+    ]
+)
 
 
 @dataclass(frozen=True)
 class QualityScoreStage(Stage):
-    """Store heuristic scores and, when the policy names one, a registered classifier's score."""
+    """Gopher/C4/FineWeb quality scores and the registered classifier's score, as columns.
+
+    Store heuristic scores and, when the policy names one, a registered classifier's score.
+    """
 
     name: ClassVar[str] = "quality_scored_documents"
     version: ClassVar[str] = f"1-{RULES_VERSION}"
-    output_table: ClassVar[str] = "quality_scored_documents"
-    output_schema: ClassVar[pa.Schema] = schemas.QUALITY_SCORED_DOCUMENTS
+    output_schema: ClassVar[pa.Schema] = QUALITY_SCORED_DOCUMENTS
 
     classifier_sha256: str | None = None
-    classifier_uri: str | None = None
-    s3_endpoint: str | None = None
+    # Where to load the model and reach its store: not content (the sha256 is).
+    classifier_uri: str | None = field(default=None, compare=False)
+    s3_endpoint: str | None = field(default=None, compare=False)
 
     def process(self, batch: pa.Table) -> StageResult:
-        from fm_assets.curation.quality_rules import score_texts
 
         texts = batch.column("text").to_pylist()
         columns: dict[str, list[object]] = dict(score_texts(texts))  # type: ignore[arg-type]
         n = len(texts)
         if self.classifier_sha256 and self.classifier_uri:
-            from fm_assets.classifier_registry import load_registered_classifier
-            from fm_assets.curation.quality_classifier import score_texts as classify
-
             model = load_registered_classifier(
                 self.classifier_uri, self.classifier_sha256, self.s3_endpoint
             )
@@ -54,19 +72,20 @@ class QualityScoreStage(Stage):
 
 @dataclass(frozen=True)
 class QualityFilterStage(Stage):
-    """Keep documents whose stored scores pass the dataset's thresholds; quarantine the rest
-    under the first failing rule's code (e.g. `gopher_min_words`, `quality_classifier`)."""
+    """The dataset's quality thresholds applied to the stored scores (no rescoring).
+
+    Keep documents whose stored scores pass the dataset's thresholds; quarantine the rest
+    under the first failing rule's code (e.g. `gopher_min_words`, `quality_classifier`).
+    """
 
     name: ClassVar[str] = "quality_filtered_documents"
     version: ClassVar[str] = "1"
-    output_table: ClassVar[str] = "quality_filtered_documents"
     output_schema: ClassVar[pa.Schema] = schemas.TEXT_DOCUMENTS
 
     thresholds_json: str = "{}"  # the policy's QualityThresholds, canonical JSON (config hash)
     min_classifier_score: float = 0.0
 
     def process(self, batch: pa.Table) -> StageResult:
-        from fm_assets.curation.quality_rules import QualityThresholds
 
         raw = json.loads(self.thresholds_json)
         thresholds = QualityThresholds(**{**raw, "rule_sets": frozenset(raw.get("rule_sets", ()))})

@@ -59,19 +59,18 @@ def _reject(
 
 @dataclass(frozen=True)
 class RawStage(Stage):
-    """Parse each landed file; every record becomes a document row or a quarantine row."""
+    """Parsed, validated, content-addressed records; exact duplicates quarantined.
+
+    Parse each landed file; every record becomes a document row or a quarantine row.
+    """
 
     name: ClassVar[str] = "raw_documents"
     version: ClassVar[str] = "1"
-    output_table: ClassVar[str] = "raw_documents"
     output_schema: ClassVar[pa.Schema] = schemas.RAW_DOCUMENTS
 
     max_document_bytes: int = 8 * 1024 * 1024
     # Where to reach S3-compatible stores; not part of the content key.
     s3_endpoint: str | None = field(default=None, compare=False)
-
-    def config(self) -> dict[str, object]:
-        return {"max_document_bytes": self.max_document_bytes}
 
     def process(self, batch: pa.Table) -> StageResult:
         rows: list[dict[str, object]] = []

@@ -46,11 +46,13 @@ def load_tokenizer(uri: str, expected_hash: str, s3_endpoint: str | None = None)
 
 @dataclass(frozen=True)
 class TokenizeStage(Stage):
-    """Tokenize normalised text; each document ends with the tokenizer's EOS token if it has one."""
+    """Token ids from the registered default tokenizer, EOS appended.
+
+    Tokenize normalised text; each document ends with the tokenizer's EOS token if it has one.
+    """
 
     name: ClassVar[str] = "tokenized_documents"
     version: ClassVar[str] = "1"
-    output_table: ClassVar[str] = "tokenized_documents"
     output_schema: ClassVar[pa.Schema] = schemas.TOKENIZED_DOCUMENTS
 
     tokenizer_hash: str
@@ -58,9 +60,6 @@ class TokenizeStage(Stage):
     tokenizer_uri: str = field(default="", compare=False)  # where to load it; not content
     # Where to reach an S3-compatible registry; not content either.
     s3_endpoint: str | None = field(default=None, compare=False)
-
-    def config(self) -> dict[str, object]:
-        return {"tokenizer_hash": self.tokenizer_hash, "append_eos": self.append_eos}
 
     def process(self, batch: pa.Table) -> StageResult:
         # Ray scales by processes; tokenizers' own thread pool would oversubscribe the cores.

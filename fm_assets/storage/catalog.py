@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-from collections.abc import Mapping
 from functools import cache
 
 import pyarrow as pa
@@ -20,42 +19,14 @@ from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, I
 from pyiceberg.table import Table
 
 from fm_assets.settings import Settings
-from fm_assets.storage import schemas
-
-# Table name -> (Arrow schema, identity partition columns).
-TABLES: Mapping[str, tuple[pa.Schema, tuple[str, ...]]] = {
-    "raw_documents": (schemas.RAW_DOCUMENTS, ("batch_id",)),
-    "extracted_documents": (schemas.TEXT_DOCUMENTS, ("batch_id",)),
-    "normalized_documents": (schemas.TEXT_DOCUMENTS, ("batch_id",)),
-    "language_tagged_documents": (schemas.LANGUAGE_TAGGED_DOCUMENTS, ("batch_id",)),
-    "quality_scored_documents": (schemas.QUALITY_SCORED_DOCUMENTS, ("batch_id",)),
-    "quality_filtered_documents": (schemas.TEXT_DOCUMENTS, ("batch_id",)),
-    "near_deduplicated_documents": (schemas.TEXT_DOCUMENTS, ("batch_id",)),
-    "neardup_index": (schemas.NEARDUP_INDEX, ("batch_id",)),
-    "pii_redacted_documents": (schemas.TEXT_DOCUMENTS, ("batch_id",)),
-    "pii_redactions": (schemas.PII_REDACTIONS, ("batch_id",)),
-    "quality_classifiers": (schemas.QUALITY_CLASSIFIERS, ()),
-    "decontaminated_documents": (schemas.TEXT_DOCUMENTS, ("batch_id",)),
-    "contamination_matches": (schemas.CONTAMINATION_MATCHES, ("batch_id",)),
-    "contamination_items": (schemas.CONTAMINATION_ITEMS, ("benchmark",)),
-    "contamination_ngrams": (schemas.CONTAMINATION_NGRAMS, ("benchmark",)),
-    "contamination_benchmarks": (schemas.CONTAMINATION_BENCHMARKS, ("benchmark",)),
-    "contamination_flags": (schemas.CONTAMINATION_FLAGS, ("version_key",)),
-    "tokenized_documents": (schemas.TOKENIZED_DOCUMENTS, ("batch_id",)),
-    "quarantine": (schemas.QUARANTINE, ("batch_id",)),
-    "stage_runs": (schemas.STAGE_RUNS, ("batch_id",)),  # lookups are per batch: prune files
-    "check_results": (schemas.CHECK_RESULTS, ()),
-    "tokenizers": (schemas.TOKENIZERS, ()),
-    "dataset_versions": (schemas.DATASET_VERSIONS, ()),
-    "shard_sets": (schemas.SHARD_SETS, ()),
-}
+from fm_assets.storage import schemas  # noqa: F401  (declares the tables storage owns)
+from fm_assets.storage.objectstore import iceberg_s3_properties
+from fm_assets.storage.tables import table_spec
 
 _lock = threading.Lock()
 
 
 def _catalog_properties(settings: Settings) -> dict[str, str]:
-    from fm_assets.storage.objectstore import iceberg_s3_properties
-
     props = {"uri": settings.catalog_uri, "warehouse": settings.warehouse}
     return props | iceberg_s3_properties(settings.s3_endpoint)
 
@@ -76,9 +47,8 @@ def open_catalog(settings: Settings) -> Catalog:
 
 
 def table_schema(name: str) -> pa.Schema:
-    if name not in TABLES:
-        raise KeyError(f"unknown table {name!r}; known tables: {', '.join(sorted(TABLES))}")
-    return TABLES[name][0]
+    """The Arrow schema of a declared table (`storage.tables`)."""
+    return table_spec(name).schema
 
 
 def load_table(settings: Settings, name: str) -> Table:
@@ -89,8 +59,8 @@ def load_table(settings: Settings, name: str) -> Table:
         return catalog.load_table(identifier)
     except NoSuchTableError:
         pass
-    schema = table_schema(name)  # unknown names fail here, listing the known tables
-    partition_columns = TABLES[name][1]
+    spec = table_spec(name)  # unknown names fail here, listing the declared tables
+    schema, partition_columns = spec.schema, spec.partition_by
     with _lock:
         table = catalog.create_table_if_not_exists(identifier, schema=schema)
         if partition_columns and table.spec().is_unpartitioned():

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from fm_assets.storage.tables import TableSpec, declare
+
 # Carried unchanged by every document table, from raw_documents to tokenized_documents.
 PROVENANCE_FIELDS: list[pa.Field] = [
     pa.field("doc_id", pa.string(), nullable=False),  # sha256 hex of the raw record bytes
@@ -156,12 +158,6 @@ SHARD_SETS = pa.schema(
 # --- curation stages ---------------------------------------------------------------------------
 
 
-def _quality_score_fields() -> list[pa.Field]:
-    from fm_assets.curation.quality_rules import SCORE_COLUMNS
-
-    return [pa.field(name, dtype, nullable=False) for name, dtype in SCORE_COLUMNS.items()]
-
-
 LANGUAGE_TAGGED_DOCUMENTS = pa.schema(
     [
         *TEXT_DOCUMENTS,
@@ -169,27 +165,6 @@ LANGUAGE_TAGGED_DOCUMENTS = pa.schema(
         pa.field("language_score", pa.float64(), nullable=False),
     ]
 )
-
-# Scores only: every document of the batch is kept; `quality_filtered_documents` decides.
-QUALITY_SCORED_DOCUMENTS = pa.schema(
-    [
-        *TEXT_DOCUMENTS,
-        pa.field("language", pa.string(), nullable=False),
-        *_quality_score_fields(),
-        pa.field("classifier_sha256", pa.string(), nullable=True),
-        pa.field("classifier_score", pa.float64(), nullable=True),  # P(high quality)
-    ]
-)
-
-
-def _neardup_index() -> pa.Schema:
-    from fm_assets.curation.minhash import NEARDUP_INDEX_SCHEMA
-
-    return pa.schema([pa.field("batch_id", pa.string(), nullable=False), *NEARDUP_INDEX_SCHEMA])
-
-
-# The global near-duplicate index: band hashes of every kept document of every batch.
-NEARDUP_INDEX = _neardup_index()
 
 # One row per redaction; never the redacted value itself.
 PII_REDACTIONS = pa.schema(
@@ -221,16 +196,6 @@ QUALITY_CLASSIFIERS = pa.schema(
 
 
 # --- contamination registry ----------------------------------------------------------------------
-
-
-def _contamination_schemas() -> tuple[pa.Schema, pa.Schema]:
-    from fm_assets.contamination.registry import ITEMS_SCHEMA, REGISTRY_SCHEMA
-
-    return ITEMS_SCHEMA, REGISTRY_SCHEMA
-
-
-# Per registered eval item: exact hash and counts; per looked-up hash: its item and role.
-CONTAMINATION_ITEMS, CONTAMINATION_NGRAMS = _contamination_schemas()
 
 # One row per registered benchmark: where its file lives, and what it held.
 CONTAMINATION_BENCHMARKS = pa.schema(
@@ -271,4 +236,21 @@ CONTAMINATION_FLAGS = pa.schema(
         pa.field("registry", pa.string(), nullable=False),  # the registry snapshot scanned against
         pa.field("scanned_at", pa.timestamp("us", tz="UTC"), nullable=False),
     ]
+)
+
+
+# Tables storage owns; stage outputs, the MinHash index and the contamination registry's hash tables
+# are declared by their owners.
+declare(
+    TableSpec("quarantine", QUARANTINE, ("batch_id",)),
+    TableSpec("stage_runs", STAGE_RUNS, ("batch_id",)),  # lookups are per batch: prune files
+    TableSpec("check_results", CHECK_RESULTS),
+    TableSpec("tokenizers", TOKENIZERS),
+    TableSpec("quality_classifiers", QUALITY_CLASSIFIERS),
+    TableSpec("dataset_versions", DATASET_VERSIONS),
+    TableSpec("shard_sets", SHARD_SETS),
+    TableSpec("pii_redactions", PII_REDACTIONS, ("batch_id",)),
+    TableSpec("contamination_benchmarks", CONTAMINATION_BENCHMARKS, ("benchmark",)),
+    TableSpec("contamination_matches", CONTAMINATION_MATCHES, ("batch_id",)),
+    TableSpec("contamination_flags", CONTAMINATION_FLAGS, ("version_key",)),
 )

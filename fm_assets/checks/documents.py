@@ -1,31 +1,21 @@
-"""Data checks as plain functions over the catalog: Dagster asset checks and `fm` both call them.
-
-Each returns a `CheckOutcome`; none raises on bad data (a failed check is a result, not a crash).
-"""
+"""Checks on a stage's documents for one batch: accounting, expectations, token counts."""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fm_assets import pipeline
+from fm_assets.checks.expectations import validate_documents
+from fm_assets.checks.outcome import CheckOutcome
+from fm_assets.execution import pipeline
+from fm_assets.registries.tokenizers import find_tokenizer
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog, schemas
+from fm_assets.storage.bookkeeping import latest_stage_run
 from fm_assets.storage.landing import read_manifest
 from fm_assets.storage.objectstore import open_object_store
-
-
-@dataclass(frozen=True)
-class CheckOutcome:
-    name: str
-    passed: bool
-    description: str
-    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def _quarantined(settings: Settings, batch_id: str, stage: str) -> pa.Table:
@@ -47,8 +37,6 @@ def records_accounted_for(settings: Settings, stage: str, batch_id: str) -> Chec
     upstream = pipeline.upstream_of(stage)
     if upstream is None:
         return _raw_accounting(settings, batch_id, kept, bad)
-    from fm_assets.runner import latest_stage_run
-
     run = latest_stage_run(settings, batch_id, stage)
     snapshot = int(run["input_snapshot_id"]) if run and run["input_snapshot_id"] else None  # type: ignore[arg-type]
     records_in = catalog.read_table(
@@ -119,8 +107,6 @@ def _raw_accounting(
 
 def document_expectations(settings: Settings, stage: str, batch_id: str) -> CheckOutcome:
     """Column-level expectations (great-expectations) over the batch's documents."""
-    from fm_assets.checks.expectations import validate_documents
-
     kind = {"raw_documents": "raw", "tokenized_documents": "tokenized"}.get(stage, "text")
     table = catalog.read_batch(settings, stage, batch_id)
     if kind == "text":
@@ -138,8 +124,6 @@ def document_expectations(settings: Settings, stage: str, batch_id: str) -> Chec
 
 def token_counts_consistent(settings: Settings, batch_id: str) -> CheckOutcome:
     """num_tokens equals the stored token list's length, and every id is inside the vocabulary."""
-    from fm_assets.tokenizer_registry import find_tokenizer
-
     table = catalog.read_batch(
         settings,
         "tokenized_documents",
@@ -166,45 +150,3 @@ def token_counts_consistent(settings: Settings, batch_id: str) -> CheckOutcome:
         "; ".join(problems) or f"{table.num_rows} documents, {total} tokens",
         {"documents": table.num_rows, "tokens": total},
     )
-
-
-def record_outcome(
-    settings: Settings, asset: str, partition: str, outcome: CheckOutcome, run_id: str | None
-) -> None:
-    """Log a check evaluation so `fm status` and `fm version create` can see it."""
-    row = {
-        "asset": asset,
-        "partition": partition,
-        "check_name": outcome.name,
-        "passed": outcome.passed,
-        "description": outcome.description,
-        "run_id": run_id,
-        "checked_at": dt.datetime.now(dt.UTC),
-    }
-    catalog.append_rows(settings, "check_results", pa.Table.from_pylist([row]))
-
-
-def latest_check_results(settings: Settings) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """(asset, partition, check) -> its latest evaluation."""
-    latest: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for row in catalog.read_table(settings, "check_results").to_pylist():
-        key = (row["asset"], row["partition"], row["check_name"])
-        if key not in latest or row["checked_at"] >= latest[key]["checked_at"]:
-            latest[key] = row
-    return latest
-
-
-def batches_passing_checks(settings: Settings, batch_ids: list[str]) -> list[str]:
-    """Batches whose every stage has run and whose latest checks on every stage all passed."""
-    results = latest_check_results(settings)
-    passing = []
-    for batch_id in batch_ids:
-        ok = True
-        for stage in pipeline.STAGE_NAMES:
-            stage_results = [r for (a, p, _), r in results.items() if a == stage and p == batch_id]
-            if not stage_results or not all(r["passed"] for r in stage_results):
-                ok = False
-                break
-        if ok:
-            passing.append(batch_id)
-    return passing

@@ -24,11 +24,11 @@ import pyarrow.compute as pc
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from fm_assets import pipeline
+from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.objectstore import ObjectStore
-from fm_assets.versions import DOCUMENT_TABLES, DatasetVersion
+from fm_assets.versions.dataset_version import DOCUMENT_TABLES, DatasetVersion
 
 CARD_FILE = "dataset_card.md"
 WATERFALL_PLOT = "waterfall.png"

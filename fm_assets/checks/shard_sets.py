@@ -1,4 +1,4 @@
-"""Checks on a shard set: checksums, token counts against the version, sample provenance.
+"""Checks on a shard set: checksums, token counts, sample provenance, and the contamination gate.
 
 The checks read a local directory. A set published on S3 is checked on a fresh download of
 what the store holds (`published_copy`), not on the staging copy it was uploaded from, so a
@@ -16,12 +16,15 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from fm_assets.checks.data_checks import CheckOutcome
+from fm_assets.checks.outcome import CheckOutcome
+from fm_assets.contamination.store import load_matcher, registry_ref
 from fm_assets.settings import Settings
 from fm_assets.storage.objectstore import filesystem_for
-from fm_assets.versions import DatasetVersion, version_documents
+from fm_assets.versions.contamination_scan import scan_version
+from fm_assets.versions.dataset_version import DatasetVersion, version_documents
 from fm_loader.cache import DOWNLOAD_THREADS, copy_remote_file, is_remote
 from fm_loader.manifest import INDEX_NAME, ShardSetManifest, local_directory
+from fm_loader.shards import ShardSet
 
 
 @contextlib.contextmanager
@@ -89,8 +92,6 @@ def samples_carry_provenance(
 
     Also re-derives the shard set's token and document totals from the samples themselves.
     """
-    from fm_loader.shards import ShardSet
-
     known = set(
         version_documents(settings, version, "tokenized_documents", ("doc_id",))
         .column("doc_id")
@@ -135,4 +136,34 @@ def samples_carry_provenance(
         "; ".join(problems)
         or f"{len(shard_set)} samples name {len(seen_docs)} version documents, {tokens} tokens",
         {"samples": len(shard_set), "documents": len(seen_docs)},
+    )
+
+
+def no_contaminated_samples(
+    settings: Settings, directory: str, manifest: ShardSetManifest, version: DatasetVersion
+) -> CheckOutcome:
+    """The gate: no sample of the shard set holds a document matching the current registry."""
+    ref = registry_ref(settings)
+    flagged = {row["doc_id"] for row in scan_version(settings, version, ref)}
+    shard_set = ShardSet(Path(directory), manifest)
+    bad_samples = 0
+    try:
+        for index in range(len(shard_set)):
+            ids = shard_set.raw_sample(index)["doc_ids"].split("\n")
+            bad_samples += bool(flagged.intersection(ids))
+    finally:
+        shard_set.close()
+    benchmarks = load_matcher(settings, ref).item_count
+    description = (
+        f"0 of {manifest.num_samples} samples match the registry ({benchmarks} items)"
+        if not bad_samples
+        else f"{bad_samples} of {manifest.num_samples} samples hold {len(flagged)} documents "
+        f"matching registered eval items; rerun the batches (`fm run --batch ID`: the "
+        "decontamination stage now sees the registry), cut a new version and rebuild"
+    )
+    return CheckOutcome(
+        "no_contaminated_samples",
+        bad_samples == 0,
+        description,
+        {"contaminated_samples": bad_samples, "contaminated_documents": len(flagged)},
     )

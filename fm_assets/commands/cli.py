@@ -33,7 +33,7 @@ def main() -> None:
 @click.option("--namespace", default="default", show_default=True)
 def land(paths: tuple[str, ...], source: str, license_: str, namespace: str) -> None:
     """Copy files into an immutable landing batch; prints the batch id last."""
-    from fm_assets.operations import land as land_batch
+    from fm_assets.commands.operations import land as land_batch
 
     manifest, created = land_batch(
         load_settings(),
@@ -58,7 +58,7 @@ def _fail(exc: Exception) -> None:
 @click.option("--batch", "batch_id", required=True, help="Landing batch id (from `fm land`).")
 def run(batch_id: str) -> None:
     """Process one landing batch through every stage; exits 1 when a blocking check fails."""
-    from fm_assets.operations import ChecksFailed, run_batch
+    from fm_assets.commands.operations import ChecksFailed, run_batch
 
     try:
         run_batch(load_settings(), batch_id, _echo)
@@ -78,7 +78,7 @@ def version() -> None:
 @click.option("--batches", default="", help="Comma-separated batch ids (default: all passing).")
 def version_create(dataset: str, batches: str) -> None:
     """Cut an immutable version DATASET@vN; prints the version key last."""
-    from fm_assets.operations import ChecksFailed, create_version
+    from fm_assets.commands.operations import ChecksFailed, create_version
 
     chosen = [b.strip() for b in batches.split(",") if b.strip()]
     try:
@@ -99,7 +99,7 @@ def shards() -> None:
 @click.option("--seq-len", type=int, required=True)
 def shards_build(version_key: str, tokenizer: str, seq_len: int) -> None:
     """Pack a version into MDS shards; prints the shard set key last."""
-    from fm_assets.operations import ChecksFailed, build_shards
+    from fm_assets.commands.operations import ChecksFailed, build_shards
 
     try:
         key = build_shards(load_settings(), version_key, tokenizer, seq_len, _echo)
@@ -118,7 +118,7 @@ def tokenizer() -> None:
 @click.option("--default", "make_default", is_flag=True, help="Use it for new batches.")
 def tokenizer_register(path: str, make_default: bool) -> None:
     """Register a HF tokenizer.json by content hash; prints the hash last."""
-    from fm_assets.tokenizer_registry import register_tokenizer
+    from fm_assets.registries.tokenizers import register_tokenizer
 
     info = register_tokenizer(load_settings(), Path(path), make_default=make_default)
     _echo(f"{info.name}: vocab {info.vocab_size}{', default' if make_default else ''}")
@@ -131,7 +131,7 @@ def tokenizer_register(path: str, make_default: bool) -> None:
 @click.option("--vocab-size", default=8192, show_default=True)
 def tokenizer_train(paths: tuple[str, ...], out: str, vocab_size: int) -> None:
     """Train a byte-level BPE tokenizer on text or JSONL files (for demos without a tokenizer)."""
-    from fm_assets.demo import train_tokenizer
+    from fm_assets.commands.demo import train_tokenizer
 
     train_tokenizer([Path(p) for p in paths], Path(out), vocab_size)
     click.echo(out)
@@ -152,7 +152,7 @@ def registry_add(name: str, path: str, fields: str) -> None:
     Every dataset version is then re-scanned by the contamination_registry_sensor (under
     `fm dev`), and the next run of any batch decontaminates against it.
     """
-    from fm_assets.operations import ChecksFailed, register_benchmark
+    from fm_assets.commands.operations import ChecksFailed, register_benchmark
 
     names = [f.strip() for f in fields.split(",") if f.strip()]
     try:
@@ -194,8 +194,8 @@ def classifier_train(
     --positive/--negative: .jsonl(.gz) files (one document per line, field "text") or text
     files (one document each). Or --default-recipe.
     """
-    from fm_assets.operations import ChecksFailed, train_classifier
-    from fm_assets.training_text import read_documents
+    from fm_assets.commands.operations import ChecksFailed, train_classifier
+    from fm_assets.commands.training_text import read_documents
 
     if default_recipe == bool(positives or negatives):
         raise click.UsageError("give either --default-recipe or --positive and --negative files")
@@ -224,7 +224,7 @@ def classifier_train(
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
 def export(table: str, batch_id: str | None, version_key: str | None, out: str) -> None:
     """Dump a table (optionally one batch or one version) as JSONL."""
-    from fm_assets.exporting import export_table
+    from fm_assets.commands.export import export_table
 
     count = export_table(
         load_settings(), table, Path(out), batch_id=batch_id, version_key=version_key
@@ -236,7 +236,7 @@ def export(table: str, batch_id: str | None, version_key: str | None, out: str) 
 @main.command()
 def status() -> None:
     """Batches, versions, shard sets and failing checks."""
-    from fm_assets.status import render_status
+    from fm_assets.commands.status import render_status
 
     click.echo(render_status(load_settings()))
 
@@ -259,7 +259,7 @@ def demo(
     license_: str,
 ) -> None:
     """The main job: land INPUTS (default: a generated sample), curate, shard, read back."""
-    from fm_assets.demo import run_demo
+    from fm_assets.commands.demo import run_demo
 
     key = run_demo(
         load_settings(),
@@ -280,11 +280,11 @@ def dev(args: tuple[str, ...]) -> None:
     """Start the Dagster UI on this FM_HOME (`dagster dev -w workspace.yaml`)."""
     from dagster import DagsterInstance
 
-    from fm_assets.instance import ensure_dagster_home, ensure_pool_limits
+    from fm_assets.defs.instance import ensure_dagster_home, ensure_pool_limits
 
     ensure_dagster_home(load_settings())
     ensure_pool_limits(DagsterInstance.get())
-    workspace = Path(__file__).resolve().parents[1] / "workspace.yaml"
+    workspace = Path(__file__).resolve().parents[2] / "workspace.yaml"
     dagster = Path(sys.executable).with_name("dagster")  # the one beside this interpreter
     os.execv(str(dagster), [str(dagster), "dev", "-w", str(workspace), *args])
 

@@ -27,15 +27,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fm_assets import pipeline
-from fm_assets.packing import PackedSequence, pack_documents, packing_efficiency
-from fm_assets.runner import Progress, _process_on_ray
+from fm_assets.execution import pipeline
+from fm_assets.execution.compute import Progress, ensure_ray, process_on_ray, ray_cpus, split_rows
+from fm_assets.registries.tokenizers import TokenizerInfo
 from fm_assets.settings import PIPELINE_VERSION, Settings
-from fm_assets.stages.tokenize import TokenizeStage, load_tokenizer
+from fm_assets.shards.packing import PackedSequence, pack_documents, packing_efficiency
+from fm_assets.shards.writer import ShardSetHeader, write_shard_set
+from fm_assets.stages.tokenize import TokenizeStage, eos_token_id, load_tokenizer
 from fm_assets.storage import catalog
 from fm_assets.storage.objectstore import ObjectStore, open_object_store
-from fm_assets.tokenizer_registry import TokenizerInfo
-from fm_assets.versions import DatasetVersion, parse_version_key, require_version, version_documents
+from fm_assets.versions.dataset_version import (
+    DatasetVersion,
+    parse_version_key,
+    require_version,
+    version_documents,
+)
 from fm_loader.manifest import MANIFEST_NAME, ShardSetManifest
 
 _CONFIG = re.compile(r"^(?P<tok>[0-9a-f]{12})-s(?P<seq>[1-9][0-9]*)$")
@@ -77,7 +83,6 @@ def shard_set_key(version_key: str, config: str) -> str:
 
 
 def _pad_id(tokenizer: object) -> int:
-    from fm_assets.stages.tokenize import eos_token_id
 
     for token in PAD_CANDIDATES:
         token_id = tokenizer.token_to_id(token)  # type: ignore[attr-defined]
@@ -100,11 +105,8 @@ def _version_tokens(
         tokenizer_uri=tokenizer.uri,
         s3_endpoint=settings.s3_endpoint,
     )
-    from fm_assets.compute import ensure_ray, ray_cpus
-    from fm_assets.runner import _chunks
-
     ensure_ray(settings)
-    result = _process_on_ray(stage, _chunks(normalized, False, ray_cpus()), progress)
+    result = process_on_ray(stage, split_rows(normalized, ray_cpus()), progress)
     return result.kept.select(["doc_id", "tokens"])
 
 
@@ -141,7 +143,6 @@ def build_shard_set(
     progress: Progress = lambda message: None,
 ) -> ShardSetBuild:
     """Pack a version with `tokenizer` into `seq_len` sequences; write and register the shards."""
-    from fm_assets.shard_writer import ShardSetHeader
 
     version = require_version(settings, version_key)
     config = shard_config_key(tokenizer.tokenizer_hash, seq_len)
@@ -185,7 +186,6 @@ def build_shard_set(
     )
 
     def write(out_dir: str) -> ShardSetManifest:
-        from fm_assets.shard_writer import write_shard_set
 
         return write_shard_set(
             _sequences_with_tokens(sequences, docs),

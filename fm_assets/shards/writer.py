@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fm_assets.packing import PackedSequence
 from fm_assets.settings import PIPELINE_VERSION
+from fm_assets.shards.packing import PackedSequence
 from fm_loader.manifest import (
     INDEX_NAME,
     MANIFEST_FORMAT_VERSION,

@@ -9,7 +9,7 @@ from typing import Any
 
 from fm_assets.settings import Settings
 
-_REPO_DAGSTER_YAML = Path(__file__).resolve().parents[1] / "dagster.yaml"
+_REPO_DAGSTER_YAML = Path(__file__).resolve().parents[2] / "dagster.yaml"
 _FALLBACK_YAML = """\
 telemetry:
   enabled: false

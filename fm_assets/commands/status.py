@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fm_assets import pipeline
-from fm_assets.checks.data_checks import latest_check_results
+from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
+from fm_assets.storage.bookkeeping import latest_check_results
 from fm_assets.storage.landing import list_batches
 from fm_assets.storage.objectstore import open_object_store
 

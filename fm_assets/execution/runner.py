@@ -14,25 +14,20 @@ import functools
 import hashlib
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 
-from fm_assets import pipeline
-from fm_assets.compute import ensure_ray, ray_cpus
-from fm_assets.policy import load_policy
+from fm_assets.curation.policy import load_policy
+from fm_assets.execution import pipeline
+from fm_assets.execution.compute import Progress, ensure_ray, process_on_ray, ray_cpus, split_rows
 from fm_assets.settings import Settings
 from fm_assets.stages.base import CombineContext, Stage, StageResult
 from fm_assets.stages.raw import LANDED_FILES
 from fm_assets.storage import catalog
+from fm_assets.storage.bookkeeping import latest_stage_run, record_stage_run
 from fm_assets.storage.landing import BatchManifest, published_log, read_manifest
 from fm_assets.storage.objectstore import open_object_store
-
-Progress = Callable[[str], None]
-MAX_ROWS_PER_CHUNK = 2_000
-CHUNKS_PER_CPU = 6
 
 
 @dataclass(frozen=True)
@@ -58,17 +53,6 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
 
-def latest_stage_run(settings: Settings, batch_id: str, stage: str) -> dict[str, Any] | None:
-    runs = catalog.read_table(
-        settings,
-        "stage_runs",
-        row_filter=catalog.where_all(
-            catalog.where_equal("batch_id", batch_id), catalog.where_equal("stage", stage)
-        ),
-    ).to_pylist()
-    return max(runs, key=lambda r: r["committed_at"]) if runs else None
-
-
 def earlier_batches(settings: Settings, batch_id: str) -> list[str]:
     """Batches published before `batch_id`: the ones its exact dedup compares against."""
     order = [b for _, b in published_log(open_object_store(settings))]
@@ -77,7 +61,7 @@ def earlier_batches(settings: Settings, batch_id: str) -> list[str]:
     return order[: order.index(batch_id)]
 
 
-def _landed_files_table(settings: Settings, manifest: BatchManifest) -> pa.Table:
+def landed_files_table(settings: Settings, manifest: BatchManifest) -> pa.Table:
     store = open_object_store(settings)
     rows = [
         {
@@ -92,37 +76,6 @@ def _landed_files_table(settings: Settings, manifest: BatchManifest) -> pa.Table
         for f in manifest.files
     ]
     return pa.Table.from_pylist(rows, schema=LANDED_FILES)
-
-
-def _chunks(table: pa.Table, per_file: bool, cpus: int) -> list[pa.Table]:
-    if per_file:
-        return [table.slice(i, 1) for i in range(table.num_rows)]
-    if table.num_rows == 0:
-        return []
-    # Several chunks per CPU: one slow chunk then holds up the stage less at the end.
-    size = min(MAX_ROWS_PER_CHUNK, -(-table.num_rows // (CHUNKS_PER_CPU * cpus)))
-    return [table.slice(i, size) for i in range(0, table.num_rows, size)]
-
-
-def _process_on_ray(stage: Stage, chunks: list[pa.Table], progress: Progress) -> StageResult:
-    import ray
-
-    @ray.remote(num_cpus=1, max_retries=2)
-    def process(stage: Stage, chunk: pa.Table) -> StageResult:
-        return stage.process(chunk)
-
-    pending = [process.remote(stage, chunk) for chunk in chunks]
-    order = {ref: i for i, ref in enumerate(pending)}
-    done: dict[int, StageResult] = {}
-    remaining = list(pending)
-    while remaining:
-        ready, remaining = ray.wait(remaining, num_returns=1)
-        for ref in ready:
-            done[order[ref]] = ray.get(ref)
-        progress(f"{stage.name}: {len(done)}/{len(pending)} chunks")
-    # Keep input order: "first occurrence wins" in dedup must not depend on task timing.
-    schema = stage.work_schema or stage.output_schema
-    return StageResult.concat((done[i] for i in range(len(pending))), schema)
 
 
 def run_stage(
@@ -177,7 +130,7 @@ def run_stage(
 
     ensure_ray(settings)
     if upstream is None:
-        inputs = _landed_files_table(settings, manifest)
+        inputs = landed_files_table(settings, manifest)
     else:
         inputs = catalog.read_table(
             settings,
@@ -186,13 +139,14 @@ def run_stage(
             snapshot_id=input_snapshot_id,
         )
     progress(f"{stage_name}: {inputs.num_rows} input rows for {batch_id}")
-    result = _process_on_ray(stage, _chunks(inputs, upstream is None, ray_cpus()), progress)
+    chunks = split_rows(inputs, ray_cpus(), one_per_row=upstream is None)
+    result = process_on_ray(stage, chunks, progress)
     result = stage.combine(
         result,
         CombineContext(
             batch_id=batch_id,
             earlier_documents=_earlier_documents(settings, earlier),
-            read_other_batches=functools.partial(_other_batches, settings, batch_id),
+            read_other_batches=functools.partial(other_batches, settings, batch_id),
         ),
     )
     kept, bad = result.kept.num_rows, result.quarantined.num_rows
@@ -219,7 +173,7 @@ def run_stage(
     return done
 
 
-def _other_batches(
+def other_batches(
     settings: Settings, batch_id: str, table: str, columns: tuple[str, ...] | None
 ) -> pa.Table:
     return catalog.read_table(
@@ -299,7 +253,7 @@ def _commit(
     }
     snapshot_id = catalog.replace_rows(
         settings,
-        stage.output_table,
+        stage.name,
         result.kept,
         catalog.where_equal("batch_id", batch_id),
         properties,
@@ -318,5 +272,5 @@ def _commit(
         "run_id": run_id,
         "committed_at": now,
     }
-    catalog.append_rows(settings, "stage_runs", pa.Table.from_pylist([run_row]))
+    record_stage_run(settings, run_row)
     return snapshot_id

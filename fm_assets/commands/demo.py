@@ -13,7 +13,9 @@ import json
 import random
 from pathlib import Path
 
-from fm_assets.operations import Log, build_shards, create_version, land, run_batch
+import fm_loader
+from fm_assets.commands.operations import Log, build_shards, create_version, land, run_batch
+from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings
 
 _WORDS = {
@@ -176,7 +178,6 @@ def run_demo(
     license: str = "CC0-1.0",
 ) -> str:
     """Run the whole platform once; returns the shard set key the trainer can read."""
-    from fm_assets.tokenizer_registry import register_tokenizer
 
     if not inputs:
         inputs = make_sample(settings.home / "sample")
@@ -199,8 +200,6 @@ def run_demo(
     log(f"created {version_key}")
     shard_set = build_shards(settings, version_key, info.tokenizer_hash, seq_len, log)
     log(f"built shard set {shard_set}")
-
-    import fm_loader
 
     ds = fm_loader.make_dataset(
         version_key,

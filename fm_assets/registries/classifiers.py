@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from fm_assets.curation.quality_classifier import load_classifier
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.objectstore import open_object_store, read_verified
@@ -99,7 +100,6 @@ def require_classifier(settings: Settings, model_sha256: str) -> ClassifierInfo:
 @functools.lru_cache(maxsize=4)
 def load_registered_classifier(uri: str, model_sha256: str, s3_endpoint: str | None) -> Any:
     """Fetch a registered model into a per-process temp file (fastText loads from a path)."""
-    from fm_assets.curation.quality_classifier import load_classifier
 
     data = read_verified(
         uri, model_sha256, s3_endpoint, "register the model again with `fm classifier train`"

@@ -30,6 +30,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
+from fm_assets.curation.quality_rules import RULE_SETS, QualityThresholds
 from fm_assets.settings import Settings
 
 DECONTAMINATION_MODES = ("drop", "redact")
@@ -51,7 +52,6 @@ class DatasetPolicy:
 
     def thresholds(self) -> Any:
         """The `QualityThresholds` this policy applies (published defaults plus overrides)."""
-        from fm_assets.curation.quality_rules import QualityThresholds
 
         return dataclasses.replace(
             QualityThresholds(rule_sets=frozenset(self.quality_rule_sets)),
@@ -92,7 +92,6 @@ def _parse(dataset: str, entry: dict[str, Any], where: str) -> DatasetPolicy:
             f"{where}: dataset {dataset!r} has unknown keys {sorted(unknown)}; "
             f"known: {sorted(known)}"
         )
-    from fm_assets.curation.quality_rules import RULE_SETS, QualityThresholds
 
     fields = {f.name for f in dataclasses.fields(QualityThresholds)} - {"rule_sets"}
     thresholds = entry.get("quality_thresholds", {})

@@ -16,10 +16,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fm_assets import pipeline
-from fm_assets.runner import latest_stage_run
+from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
+from fm_assets.storage.bookkeeping import latest_check_results, latest_stage_run
 from fm_assets.storage.landing import published_log
 from fm_assets.storage.objectstore import open_object_store
 
@@ -96,10 +96,16 @@ def next_version_key(settings: Settings, dataset: str) -> str:
 
 def default_batches(settings: Settings) -> list[str]:
     """Every published batch whose stages all ran and whose latest checks all passed."""
-    from fm_assets.checks.data_checks import batches_passing_checks
-
     published = list(dict.fromkeys(b for _, b in published_log(open_object_store(settings))))
-    return batches_passing_checks(settings, published)
+    results = latest_check_results(settings)
+    passed: dict[tuple[str, str], bool] = {}
+    for (asset, partition, _), row in results.items():
+        passed[(asset, partition)] = passed.get((asset, partition), True) and bool(row["passed"])
+    return [
+        batch_id
+        for batch_id in published
+        if all(passed.get((stage, batch_id), False) for stage in pipeline.STAGE_NAMES)
+    ]
 
 
 def create_version(
@@ -202,20 +208,4 @@ def version_documents(
         row_filter=catalog.where_in("batch_id", list(version.batches)),
         snapshot_id=version.snapshot_ids[table],
         columns=columns,
-    )
-
-
-def version_counts_match(settings: Settings, version: DatasetVersion) -> tuple[bool, str]:
-    """Recount the version's documents and tokens at its tags; compare with the row."""
-    docs = version_documents(settings, version, pipeline.STAGE_NAMES[-1], ("doc_id", "num_tokens"))
-    tokens = int(pc.sum(docs.column("num_tokens")).as_py() or 0)
-    unique = len(set(docs.column("doc_id").to_pylist()))
-    ok = (docs.num_rows, tokens, unique) == (
-        version.num_documents,
-        version.num_tokens,
-        docs.num_rows,
-    )
-    return ok, (
-        f"{docs.num_rows} documents ({unique} unique), {tokens} tokens; "
-        f"recorded {version.num_documents} documents, {version.num_tokens} tokens"
     )

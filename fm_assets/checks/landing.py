@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from fm_assets.checks.data_checks import CheckOutcome
+from fm_assets.checks.outcome import CheckOutcome
 from fm_assets.settings import Settings
 from fm_assets.storage.landing import read_manifest
 from fm_assets.storage.objectstore import open_object_store

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
+from fm_assets.versions.dataset_version import require_version
 
 
 def _jsonable(value: object) -> object:
@@ -39,8 +40,6 @@ def export_table(
             raise ValueError(f"{table} has no batch_id column; export it whole or by --version")
         row_filter = catalog.where_equal("batch_id", batch_id)
     elif version_key:
-        from fm_assets.versions import require_version
-
         version = require_version(settings, version_key)
         if table in version.snapshot_ids:
             snapshot_id = version.snapshot_ids[table]

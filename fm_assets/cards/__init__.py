@@ -1,0 +1,1 @@
+"""Dataset cards: counts, drop waterfall, dedup, PII and length plots, as Markdown."""

@@ -1,0 +1,148 @@
+"""Every data check, declared once: its name, what it promises, which assets it runs on, and
+the function that evaluates it. Dagster's check specs and their evaluation both read this table.
+
+A check runs on a *subject*: what one materialization of its asset produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from fm_assets.checks.documents import (
+    document_expectations,
+    records_accounted_for,
+    token_counts_consistent,
+)
+from fm_assets.checks.landing import files_match_manifest
+from fm_assets.checks.outcome import CheckOutcome
+from fm_assets.checks.shard_sets import (
+    no_contaminated_samples,
+    samples_carry_provenance,
+    shard_checksums_valid,
+    token_counts_match_version,
+)
+from fm_assets.checks.versions import version_counts_match
+from fm_assets.execution import pipeline
+from fm_assets.settings import Settings
+from fm_assets.versions.dataset_version import DatasetVersion
+from fm_loader.manifest import ShardSetManifest
+
+
+@dataclass(frozen=True)
+class BatchSubject:
+    """One landing batch's output of one asset (the landing batch itself, or a stage table)."""
+
+    settings: Settings
+    asset: str
+    batch_id: str
+
+
+@dataclass(frozen=True)
+class VersionSubject:
+    settings: Settings
+    version: DatasetVersion
+
+
+@dataclass(frozen=True)
+class ShardSetSubject:
+    """A built shard set, its files in a local `directory` (a fresh copy when published on S3)."""
+
+    settings: Settings
+    directory: str
+    manifest: ShardSetManifest
+    version: DatasetVersion
+    documents_tokens: int  # tokens of the version's documents under the set's tokenizer
+
+
+Subject = TypeVar("Subject", BatchSubject, VersionSubject, ShardSetSubject)
+
+
+@dataclass(frozen=True)
+class DataCheck(Generic[Subject]):
+    """A blocking data check of the assets named in `assets`."""
+
+    name: str
+    description: str
+    assets: tuple[str, ...]
+    run: Callable[[Subject], CheckOutcome]
+
+
+EVERY_STAGE = pipeline.STAGE_NAMES
+
+BATCH_CHECKS: tuple[DataCheck[BatchSubject], ...] = (
+    DataCheck(
+        "files_match_manifest",
+        "Every file in the manifest is present with its recorded size and sha256.",
+        ("landing_batch",),
+        lambda s: files_match_manifest(s.settings, s.batch_id),
+    ),
+    DataCheck(
+        "records_accounted_for",
+        "records in = records kept + records quarantined, recounted from Iceberg.",
+        EVERY_STAGE,
+        lambda s: records_accounted_for(s.settings, s.asset, s.batch_id),
+    ),
+    DataCheck(
+        "document_expectations",
+        "great-expectations: schema, unique ids, hashes, non-empty text.",
+        EVERY_STAGE,
+        lambda s: document_expectations(s.settings, s.asset, s.batch_id),
+    ),
+    DataCheck(
+        "token_counts_consistent",
+        "num_tokens matches the token lists; ids inside the vocabulary.",
+        ("tokenized_documents",),
+        lambda s: token_counts_consistent(s.settings, s.batch_id),
+    ),
+)
+
+VERSION_CHECKS: tuple[DataCheck[VersionSubject], ...] = (
+    DataCheck(
+        "version_counts_match",
+        "Documents and tokens recounted at the version's tags match its record.",
+        ("dataset_version",),
+        lambda s: version_counts_match(s.settings, s.version),
+    ),
+)
+
+SHARD_SET_CHECKS: tuple[DataCheck[ShardSetSubject], ...] = (
+    DataCheck(
+        "shard_checksums_valid",
+        "Every shard's sha256 matches the manifest.",
+        ("shard_set",),
+        lambda s: shard_checksums_valid(s.directory, s.manifest),
+    ),
+    DataCheck(
+        "token_counts_match_version",
+        "Shards hold exactly the tokens of the version's documents.",
+        ("shard_set",),
+        lambda s: token_counts_match_version(s.manifest, s.documents_tokens),
+    ),
+    DataCheck(
+        "samples_carry_provenance",
+        "Every sample names documents of the version with valid spans.",
+        ("shard_set",),
+        lambda s: samples_carry_provenance(s.directory, s.manifest, s.settings, s.version),
+    ),
+    DataCheck(
+        "no_contaminated_samples",
+        "The gate: no sample holds a document matching the contamination registry as it stands "
+        "when the shard set is built.",
+        ("shard_set",),
+        lambda s: no_contaminated_samples(s.settings, s.directory, s.manifest, s.version),
+    ),
+)
+
+
+def checks_for(asset: str, table: tuple[DataCheck[Subject], ...]) -> tuple[DataCheck[Subject], ...]:
+    """The checks of `table` that run on `asset`, in declaration order."""
+    return tuple(check for check in table if asset in check.assets)
+
+
+def evaluate(
+    asset: str, table: tuple[DataCheck[Subject], ...], subject: Subject
+) -> list[CheckOutcome]:
+    """Run every check of `table` on `asset` against `subject`."""
+    return [check.run(subject) for check in checks_for(asset, table)]

@@ -1,0 +1,1 @@
+"""The `fm` command and what its subcommands do."""

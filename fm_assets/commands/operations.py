@@ -1,0 +1,124 @@
+"""What the `fm` commands do, as plain functions: the CLI, the demo and tests call these.
+
+Materializations go through Dagster in-process (`defs.materialize`), so every run shows up in
+the Dagster UI with its checks and lineage.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from fm_assets.curation.quality_classifier import train_classifier as train
+from fm_assets.defs.jobs import BATCH_ASSET_KEYS
+from fm_assets.defs.materialize import (
+    ChecksFailed,
+    Log,
+    add_partitions,
+    dagster_instance,
+    materialize,
+    shard_set_partition,
+)
+from fm_assets.defs.partitions import (
+    benchmarks,
+    dataset_versions,
+    landing_batches,
+    quality_classifiers,
+    shard_configs,
+)
+from fm_assets.registries.classifiers import register_classifier
+from fm_assets.registries.tokenizers import resolve_tokenizer
+from fm_assets.settings import Settings
+from fm_assets.shards.build import shard_config_key, shard_set_key
+from fm_assets.storage.landing import BatchManifest, land_files, read_manifest
+from fm_assets.storage.objectstore import open_object_store
+from fm_assets.versions.dataset_version import next_version_key, require_version
+
+__all__ = [
+    "ChecksFailed",
+    "build_shards",
+    "create_version",
+    "dagster_instance",
+    "land",
+    "register_benchmark",
+    "run_batch",
+    "train_classifier",
+]
+
+
+def land(
+    settings: Settings, paths: list[Path], *, source: str, license: str, namespace: str = "default"
+) -> tuple[BatchManifest, bool]:
+    return land_files(
+        open_object_store(settings), paths, source=source, license=license, namespace=namespace
+    )
+
+
+def run_batch(settings: Settings, batch_id: str, log: Log) -> None:
+    """Every stage of one landing batch, with blocking checks; raises ChecksFailed on failure."""
+    read_manifest(open_object_store(settings), batch_id)  # fail early on an unknown batch
+    add_partitions(settings, landing_batches, [batch_id])
+    materialize(settings, [k.to_user_string() for k in BATCH_ASSET_KEYS], batch_id, log)
+
+
+def create_version(settings: Settings, dataset: str, batches: list[str], log: Log) -> str:
+    """Cut the next version of `dataset`; returns its key."""
+    key = next_version_key(settings, dataset)
+    add_partitions(settings, dataset_versions, [key])
+    run_config = {"ops": {"dataset_version": {"config": {"batches": batches}}}}
+    materialize(settings, ["dataset_version"], key, log, run_config)
+    return key
+
+
+def build_shards(
+    settings: Settings, version_key: str, tokenizer: str, seq_len: int, log: Log
+) -> str:
+    """Build (or find) the shard set of a version for a tokenizer and seq_len; returns its key."""
+
+    require_version(settings, version_key)
+    info = resolve_tokenizer(settings, tokenizer)
+    config = shard_config_key(info.tokenizer_hash, seq_len)
+    add_partitions(settings, dataset_versions, [version_key])
+    add_partitions(settings, shard_configs, [config])
+    materialize(settings, ["shard_set"], shard_set_partition(version_key, config), log)
+    return shard_set_key(version_key, config)
+
+
+def train_classifier(
+    settings: Settings,
+    positives: list[Any],
+    negatives: list[Any],
+    sources: dict[str, str],
+    log: Log,
+) -> str:
+    """Train a fastText quality classifier, register it by hash, record it in Dagster."""
+
+    with tempfile.TemporaryDirectory(prefix="fm-classifier-") as out:
+        log(f"training on {len(positives)} positive and {len(negatives)} negative documents")
+        report = train(positives, negatives, Path(out), sources=sources)
+        log(
+            f"held-out accuracy {report.holdout_accuracy:.3f} (precision "
+            f"{report.holdout_precision:.3f}, recall {report.holdout_recall:.3f})"
+        )
+        info = register_classifier(settings, report)
+    add_partitions(settings, quality_classifiers, [info.model_sha256])
+    materialize(settings, ["quality_classifier_registry"], info.model_sha256, log)
+    return info.model_sha256
+
+
+def register_benchmark(
+    settings: Settings, benchmark: str, path: Path, fields: list[str], log: Log
+) -> None:
+    """Register an eval set as a partition of `contamination_registry`, through Dagster."""
+    if not path.is_file():
+        raise ValueError(f"eval-set file {path} does not exist")
+    add_partitions(settings, benchmarks, [benchmark])
+    config = {"path": str(path.resolve()), "fields": fields}
+    materialize(
+        settings,
+        ["contamination_registry"],
+        benchmark,
+        log,
+        run_config={"ops": {"contamination_registry": {"config": config}}},
+    )

@@ -1,0 +1,87 @@
+"""Materializing assets in-process against the instance under FM_HOME, as the `fm` command does.
+
+Every run the CLI makes goes through Dagster, so it shows up in the UI with its checks and lineage.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import dagster as dg
+
+from fm_assets.defs import build_definitions
+from fm_assets.defs.instance import ensure_dagster_home, ensure_pool_limits
+from fm_assets.defs.partitions import shard_set_partitions
+from fm_assets.settings import Settings
+
+Log = Callable[[str], None]
+
+
+class ChecksFailed(RuntimeError):
+    """A materialization failed or one of its blocking checks did not pass."""
+
+
+def dagster_instance(settings: Settings) -> dg.DagsterInstance:
+    """The Dagster instance under FM_HOME, with the platform's pool limits set."""
+    ensure_dagster_home(settings)
+    instance = dg.DagsterInstance.get()
+    ensure_pool_limits(instance)
+    return instance
+
+
+def add_partitions(
+    settings: Settings, partitions_def: dg.DynamicPartitionsDefinition, keys: list[str]
+) -> None:
+    """Add keys to a dynamic partitions definition (idempotent)."""
+    if partitions_def.name is None:
+        raise ValueError("only named dynamic partitions can be added to")
+    dagster_instance(settings).add_dynamic_partitions(partitions_def.name, keys)
+
+
+def shard_set_partition(version_key: str, config: str) -> dg.MultiPartitionKey:
+    """The `shard_set` partition of a version and a shard config."""
+    dimensions = {d.name for d in shard_set_partitions.partitions_defs}
+    if dimensions != {"version", "shard_config"}:
+        raise RuntimeError(f"shard_set partitions changed shape: {sorted(dimensions)}")
+    return dg.MultiPartitionKey({"version": version_key, "shard_config": config})
+
+
+def materialize(
+    settings: Settings,
+    keys: list[str],
+    partition_key: str | dg.MultiPartitionKey,
+    log: Log,
+    run_config: dict[str, Any] | None = None,
+) -> None:
+    """Materialize assets in-process; log every check; raise ChecksFailed unless all passed."""
+    warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+    config = {"loggers": {"console": {"config": {"log_level": "INFO"}}}, **(run_config or {})}
+    defs = build_definitions()
+    result = dg.materialize(
+        list(defs.assets or []),  # type: ignore[arg-type]
+        selection=dg.AssetSelection.assets(*[dg.AssetKey(k) for k in keys]),
+        partition_key=partition_key,  # type: ignore[arg-type]
+        instance=dagster_instance(settings),
+        resources={"fm": defs.resources["fm"]} if defs.resources else None,
+        run_config=config,
+        raise_on_error=False,
+    )
+    failures = []
+    for evaluation in result.get_asset_check_evaluations():
+        description = evaluation.metadata.get("description")
+        text = description.value if description is not None else ""
+        name = f"{evaluation.asset_check_key.asset_key.to_user_string()}.{evaluation.check_name}"
+        log(f"check {name}: {'passed' if evaluation.passed else 'FAILED'} {text}")
+        if not evaluation.passed:
+            failures.append(f"{name}: {text}")
+    if not result.success:
+        for event in result.all_events:
+            if not event.is_step_failure:
+                continue
+            error = event.step_failure_data.error
+            message = error.message.strip() if error else "failed"
+            failures.append(f"step {event.step_key}: {message}")
+    if failures:
+        raise ChecksFailed("; ".join(failures))

@@ -1,0 +1,1 @@
+"""Execution: the stage list, connecting to Ray, and running one stage for one batch."""

@@ -1,0 +1,120 @@
+"""The curation pipeline: the ordered stages every landing batch goes through.
+
+Inserting a stage is a local change: write the `Stage` class (its `name` is its table, asset and
+pipeline entry) and add one `StageEntry` here. The Dagster assets, checks, CLI and runner all
+follow this list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fm_assets.contamination.registry import CONTAMINATION_RULES_VERSION
+from fm_assets.contamination.store import registry_ref
+from fm_assets.curation.policy import DatasetPolicy
+from fm_assets.registries.classifiers import require_classifier
+from fm_assets.registries.tokenizers import default_tokenizer
+from fm_assets.settings import Settings
+from fm_assets.stages.base import Stage
+from fm_assets.stages.decontaminate import DecontaminateStage
+from fm_assets.stages.extract import ExtractStage
+from fm_assets.stages.language import LanguageStage
+from fm_assets.stages.neardup import NearDupStage
+from fm_assets.stages.normalize import NormalizeStage
+from fm_assets.stages.pii import PiiStage
+from fm_assets.stages.quality import QualityFilterStage, QualityScoreStage, thresholds_json
+from fm_assets.stages.raw import RawStage
+from fm_assets.stages.tokenize import TokenizeStage
+
+StageBuilder = Callable[[Settings, DatasetPolicy], Stage]
+
+
+def _raw(settings: Settings, policy: DatasetPolicy) -> Stage:
+    return RawStage(
+        max_document_bytes=settings.max_document_bytes, s3_endpoint=settings.s3_endpoint
+    )
+
+
+def _quality_scores(settings: Settings, policy: DatasetPolicy) -> Stage:
+    if policy.classifier_sha256 is None:
+        return QualityScoreStage()
+    info = require_classifier(settings, policy.classifier_sha256)
+    return QualityScoreStage(
+        classifier_sha256=info.model_sha256,
+        classifier_uri=info.uri,
+        s3_endpoint=settings.s3_endpoint,
+    )
+
+
+def _quality_filter(settings: Settings, policy: DatasetPolicy) -> Stage:
+    return QualityFilterStage(
+        thresholds_json=thresholds_json(policy.thresholds()),
+        min_classifier_score=policy.min_classifier_score,
+    )
+
+
+def _decontaminate(settings: Settings, policy: DatasetPolicy) -> Stage:
+    return DecontaminateStage(
+        registry=registry_ref(settings),
+        mode=policy.decontamination,
+        rules_version=CONTAMINATION_RULES_VERSION,
+        settings=settings,
+    )
+
+
+def _tokenize(settings: Settings, policy: DatasetPolicy) -> Stage:
+    info = default_tokenizer(settings)
+    return TokenizeStage(
+        tokenizer_hash=info.tokenizer_hash, tokenizer_uri=info.uri, s3_endpoint=settings.s3_endpoint
+    )
+
+
+@dataclass(frozen=True)
+class StageEntry:
+    """A pipeline position: the stage class, and how to build it for a dataset (its policy
+    decides what the stage keeps)."""
+
+    stage: type[Stage]
+    build: StageBuilder
+    pool: str = "ray"  # Dagster pool: "neardup" has limit 1, so batches serialise there
+
+    @property
+    def name(self) -> str:
+        return self.stage.name
+
+    @property
+    def description(self) -> str:
+        return self.stage.description()
+
+
+CURATION_STAGES: tuple[StageEntry, ...] = (
+    StageEntry(RawStage, _raw),
+    StageEntry(ExtractStage, lambda s, p: ExtractStage(timeout_s=s.extract_timeout_s)),
+    StageEntry(NormalizeStage, lambda s, p: NormalizeStage()),
+    StageEntry(
+        LanguageStage,
+        lambda s, p: LanguageStage(allowed=p.allowed_languages, min_score=p.min_language_score),
+    ),
+    StageEntry(QualityScoreStage, _quality_scores),
+    StageEntry(QualityFilterStage, _quality_filter),
+    StageEntry(NearDupStage, lambda s, p: NearDupStage(), pool="neardup"),
+    StageEntry(PiiStage, lambda s, p: PiiStage(enabled=p.pii_redaction)),
+    StageEntry(DecontaminateStage, _decontaminate),
+    StageEntry(TokenizeStage, _tokenize),
+)
+
+STAGE_NAMES: tuple[str, ...] = tuple(entry.name for entry in CURATION_STAGES)
+
+
+def upstream_of(name: str) -> str | None:
+    """The stage whose output feeds `name`; None for the first stage (it reads landed files)."""
+    index = STAGE_NAMES.index(name)
+    return STAGE_NAMES[index - 1] if index else None
+
+
+def entry(name: str) -> StageEntry:
+    for item in CURATION_STAGES:
+        if item.name == name:
+            return item
+    raise KeyError(f"unknown stage {name!r}; stages: {', '.join(STAGE_NAMES)}")

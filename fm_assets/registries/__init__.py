@@ -1,0 +1,1 @@
+"""Registries by content hash: tokenizers and quality classifiers."""

@@ -1,0 +1,1 @@
+"""Dataset versions: immutable cuts over the curated tables, and their contamination scans."""
