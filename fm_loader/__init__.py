@@ -7,24 +7,51 @@
     state = loader.state_dict()          # load into a job of any world size / worker count
 
 Imports nothing of the platform (fm_assets), dagster or ray: trainers install only
-`fm-platform[loader]`.
+`fm-platform[loader]`. The public names load on first use, so importing a light submodule
+(`fm_loader.settings`, `fm_loader.manifest`) does not import torch.
 """
 
-from fm_loader.collate import collate
-from fm_loader.dataset import FmDataset, make_dataset
-from fm_loader.loader import FmLoader, make_loader
-from fm_loader.manifest import (
-    MANIFEST_FORMAT_VERSION,
-    ShardInfo,
-    ShardSetManifest,
-    mds_columns,
-    read_manifest,
-    schema_fingerprint,
-)
-from fm_loader.metrics import LoaderMetrics
-from fm_loader.mixture import Epochs, MixtureSpec
-from fm_loader.samples import IGNORE_INDEX
-from fm_loader.state import LoaderState
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fm_loader.collate import collate
+    from fm_loader.dataset import FmDataset, make_dataset
+    from fm_loader.loader import FmLoader, make_loader
+    from fm_loader.manifest import (
+        MANIFEST_FORMAT_VERSION,
+        ShardInfo,
+        ShardSetManifest,
+        mds_columns,
+        read_manifest,
+        schema_fingerprint,
+    )
+    from fm_loader.metrics import LoaderMetrics
+    from fm_loader.mixture import Epochs, MixtureSpec
+    from fm_loader.samples import IGNORE_INDEX
+    from fm_loader.state import LoaderState
+
+# Public name -> the module defining it.
+_PUBLIC = {
+    "IGNORE_INDEX": "fm_loader.samples",
+    "MANIFEST_FORMAT_VERSION": "fm_loader.manifest",
+    "Epochs": "fm_loader.mixture",
+    "FmDataset": "fm_loader.dataset",
+    "FmLoader": "fm_loader.loader",
+    "LoaderMetrics": "fm_loader.metrics",
+    "LoaderState": "fm_loader.state",
+    "MixtureSpec": "fm_loader.mixture",
+    "ShardInfo": "fm_loader.manifest",
+    "ShardSetManifest": "fm_loader.manifest",
+    "collate": "fm_loader.collate",
+    "make_dataset": "fm_loader.dataset",
+    "make_loader": "fm_loader.loader",
+    "mds_columns": "fm_loader.manifest",
+    "read_manifest": "fm_loader.manifest",
+    "schema_fingerprint": "fm_loader.manifest",
+}
 
 __all__ = [
     "IGNORE_INDEX",
@@ -44,3 +71,12 @@ __all__ = [
     "read_manifest",
     "schema_fingerprint",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fm_loader' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value

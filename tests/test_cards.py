@@ -88,7 +88,15 @@ def _write(settings: Settings, batches: list[Batch], pii: list[tuple[str, str, s
         rows = [row for b in batches for row in b.rows(stage)]
         catalog.replace_rows(settings, stage, _fill(stage, rows), where)
     runs = [
-        {"batch_id": b.batch_id, "stage": s, "code_version": "1", "stage_key": s}
+        {
+            "batch_id": b.batch_id,
+            "stage": s,
+            "code_version": "1",
+            "stage_key": s,
+            "records_kept": len(b.rows(s)),
+            "records_quarantined": len(b.quarantined.get(s, [])),
+            "records_in": len(b.rows(s)) + len(b.quarantined.get(s, [])),
+        }
         for b in batches
         for s in STAGES
     ]
@@ -252,8 +260,24 @@ def test_card_of_version_whose_documents_were_all_dropped(fm_settings: Settings)
         texts={},
     )
     _write(fm_settings, [batch], [])
-    version, _ = create_version(fm_settings, "web@v1", ["b1"], run_id=None)
-
+    # Such a version is refused, naming what dropped its documents ...
+    with pytest.raises(
+        ValueError, match=r"quality_filtered_documents 2 -> 0 \(2 gopher_min_words\)"
+    ):
+        create_version(fm_settings, "web@v1", ["b1"], run_id=None)
+    # ... and a card still describes one (cut before empty versions were refused).
+    version = DatasetVersion(
+        version_key="web@v1",
+        dataset="web",
+        version=1,
+        batches=("b1",),
+        snapshot_ids={t: catalog.current_snapshot_id(fm_settings, t) or 0 for t in STAGES},
+        code_versions={},
+        tokenizer_hash="",
+        num_documents=0,
+        num_tokens=0,
+        content_hash="",
+    )
     card = build_card(fm_settings, version)
     s = card.summary
     assert (s["documents"], s["tokens"], s["by_source"], s["pii"]) == (0, 0, {}, {})

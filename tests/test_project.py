@@ -99,3 +99,13 @@ def test_loader_extra_installs_neither_dagster_nor_ray(tmp_path: Path) -> None:
     names = {item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]}
     assert "mosaicml-streaming" in names and "torch" in names
     assert not {n for n in names if n.startswith(("dagster", "ray"))}
+
+
+def test_every_public_loader_name_resolves_without_loading_torch_first() -> None:
+    code = (
+        "import sys, fm_loader.settings, fm_loader.manifest; "
+        "print('torch' in sys.modules); "
+        "import fm_loader; print(all(getattr(fm_loader, n) is not None for n in fm_loader.__all__))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]

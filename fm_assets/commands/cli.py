@@ -1,12 +1,16 @@
 """The `fm` command: land files, run batches, cut versions, build shard sets, inspect state.
 
-Long steps run through Dagster in-process (`materialize`) against the instance under FM_HOME,
-so every run the CLI makes shows up in the Dagster UI with its checks and lineage.
+Long steps run through Dagster in-process (`defs.materialize`) against the instance under FM_HOME,
+so every run the CLI makes shows up in the Dagster UI with its checks and lineage. Each subcommand
+imports what it runs when it runs: `fm land` and `fm --help` must not pay for Dagster and Ray.
+An expected failure (bad input, a failed check, a missing precondition) prints one line that says
+what to do and exits 1; full traces go to $FM_HOME/logs.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import sys
 from pathlib import Path
@@ -21,9 +25,39 @@ def _echo(message: str) -> None:
     click.echo(f"[fm {dt.datetime.now():%H:%M:%S}] {message}", err=True)
 
 
-@click.group()
+class _Progress(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        _echo(record.getMessage())
+
+
+def _expected(exc: Exception) -> bool:
+    """Failures a user fixes (bad input or settings, failed checks): one line, no trace."""
+    if isinstance(exc, ValueError):
+        return True
+    from fm_assets.defs.materialize import ChecksFailed
+
+    return isinstance(exc, ChecksFailed)
+
+
+class _Commands(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            if not _expected(exc):
+                raise
+            _echo(str(exc))
+            sys.exit(1)
+
+
+@click.group(cls=_Commands)
 def main() -> None:
     """fm platform: curate raw web and text data into MDS shard sets."""
+    progress = logging.getLogger("fm.progress")
+    if not progress.handlers:
+        progress.addHandler(_Progress())
+        progress.setLevel(logging.INFO)
+        progress.propagate = False
 
 
 @main.command()
@@ -49,21 +83,17 @@ def land(paths: tuple[str, ...], source: str, license_: str, namespace: str) -> 
     click.echo(manifest.batch_id)
 
 
-def _fail(exc: Exception) -> None:
-    _echo(str(exc))
-    sys.exit(1)
-
-
 @main.command()
 @click.option("--batch", "batch_id", required=True, help="Landing batch id (from `fm land`).")
 def run(batch_id: str) -> None:
     """Process one landing batch through every stage; exits 1 when a blocking check fails."""
-    from fm_assets.commands.operations import ChecksFailed, run_batch
+    from fm_assets.execution.preflight import check_run_preconditions
 
-    try:
-        run_batch(load_settings(), batch_id, _echo)
-    except ChecksFailed as exc:
-        _fail(exc)
+    settings = load_settings()
+    check_run_preconditions(settings, batch_id)  # before Dagster is even imported: fails fast
+    from fm_assets.commands.operations import run_batch
+
+    run_batch(settings, batch_id, _echo, check_preconditions=False)
     _echo(f"batch {batch_id}: all stages and checks passed")
     click.echo(batch_id)
 
@@ -78,13 +108,15 @@ def version() -> None:
 @click.option("--batches", default="", help="Comma-separated batch ids (default: all passing).")
 def version_create(dataset: str, batches: str) -> None:
     """Cut an immutable version DATASET@vN; prints the version key last."""
-    from fm_assets.commands.operations import ChecksFailed, create_version
+    from fm_assets.versions.dataset_version import choose_batches, next_version_key
 
+    settings = load_settings()
     chosen = [b.strip() for b in batches.split(",") if b.strip()]
-    try:
-        key = create_version(load_settings(), dataset, chosen, _echo)
-    except ChecksFailed as exc:
-        _fail(exc)
+    # Refuse an empty version before Dagster is even imported.
+    choose_batches(settings, next_version_key(settings, dataset), chosen)
+    from fm_assets.commands.operations import create_version
+
+    key = create_version(settings, dataset, chosen, _echo)
     click.echo(key)
 
 
@@ -99,12 +131,9 @@ def shards() -> None:
 @click.option("--seq-len", type=int, required=True)
 def shards_build(version_key: str, tokenizer: str, seq_len: int) -> None:
     """Pack a version into MDS shards; prints the shard set key last."""
-    from fm_assets.commands.operations import ChecksFailed, build_shards
+    from fm_assets.commands.operations import build_shards
 
-    try:
-        key = build_shards(load_settings(), version_key, tokenizer, seq_len, _echo)
-    except ChecksFailed as exc:
-        _fail(exc)
+    key = build_shards(load_settings(), version_key, tokenizer, seq_len, _echo)
     click.echo(key)
 
 
@@ -152,13 +181,10 @@ def registry_add(name: str, path: str, fields: str) -> None:
     Every dataset version is then re-scanned by the contamination_registry_sensor (under
     `fm dev`), and the next run of any batch decontaminates against it.
     """
-    from fm_assets.commands.operations import ChecksFailed, register_benchmark
+    from fm_assets.commands.operations import register_benchmark
 
     names = [f.strip() for f in fields.split(",") if f.strip()]
-    try:
-        register_benchmark(load_settings(), name, Path(path), names, _echo)
-    except (ChecksFailed, ValueError) as exc:
-        _fail(exc)
+    register_benchmark(load_settings(), name, Path(path), names, _echo)
     click.echo(name)
 
 
@@ -194,7 +220,7 @@ def classifier_train(
     --positive/--negative: .jsonl(.gz) files (one document per line, field "text") or text
     files (one document each). Or --default-recipe.
     """
-    from fm_assets.commands.operations import ChecksFailed, train_classifier
+    from fm_assets.commands.operations import train_classifier
     from fm_assets.commands.training_text import read_documents
 
     if default_recipe == bool(positives or negatives):
@@ -210,10 +236,7 @@ def classifier_train(
             raise click.UsageError("give at least one --positive and one --negative file")
         pos, neg = read_documents(positives), read_documents(negatives)
         sources = {"positive": ", ".join(positives), "negative": ", ".join(negatives)}
-    try:
-        digest = train_classifier(load_settings(), list(pos), list(neg), sources, _echo)
-    except (ChecksFailed, ValueError) as exc:
-        _fail(exc)
+    digest = train_classifier(load_settings(), list(pos), list(neg), sources, _echo)
     click.echo(digest)
 
 

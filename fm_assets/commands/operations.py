@@ -27,13 +27,14 @@ from fm_assets.defs.partitions import (
     quality_classifiers,
     shard_configs,
 )
+from fm_assets.execution.preflight import check_run_preconditions
 from fm_assets.registries.classifiers import register_classifier
 from fm_assets.registries.tokenizers import resolve_tokenizer
 from fm_assets.settings import Settings
 from fm_assets.shards.build import shard_config_key, shard_set_key
-from fm_assets.storage.landing import BatchManifest, land_files, read_manifest
+from fm_assets.storage.landing import BatchManifest, land_files
 from fm_assets.storage.objectstore import open_object_store
-from fm_assets.versions.dataset_version import next_version_key, require_version
+from fm_assets.versions.dataset_version import choose_batches, next_version_key, require_version
 
 __all__ = [
     "ChecksFailed",
@@ -55,9 +56,16 @@ def land(
     )
 
 
-def run_batch(settings: Settings, batch_id: str, log: Log) -> None:
-    """Every stage of one landing batch, with blocking checks; raises ChecksFailed on failure."""
-    read_manifest(open_object_store(settings), batch_id)  # fail early on an unknown batch
+def run_batch(
+    settings: Settings, batch_id: str, log: Log, *, check_preconditions: bool = True
+) -> None:
+    """Every stage of one landing batch, with blocking checks; raises ChecksFailed on failure.
+
+    Preconditions are checked first (PreconditionFailed, one line naming the fix); pass
+    `check_preconditions=False` when the caller has just checked them.
+    """
+    if check_preconditions:
+        check_run_preconditions(settings, batch_id)
     add_partitions(settings, landing_batches, [batch_id])
     materialize(settings, [k.to_user_string() for k in BATCH_ASSET_KEYS], batch_id, log)
 
@@ -65,6 +73,7 @@ def run_batch(settings: Settings, batch_id: str, log: Log) -> None:
 def create_version(settings: Settings, dataset: str, batches: list[str], log: Log) -> str:
     """Cut the next version of `dataset`; returns its key."""
     key = next_version_key(settings, dataset)
+    choose_batches(settings, key, batches)  # refuses at once when the version would be empty
     add_partitions(settings, dataset_versions, [key])
     run_config = {"ops": {"dataset_version": {"config": {"batches": batches}}}}
     materialize(settings, ["dataset_version"], key, log, run_config)

@@ -11,6 +11,7 @@ from fm_assets.checks.table import BATCH_CHECKS, BatchSubject, evaluate
 from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.landing import LANDING_BATCH
 from fm_assets.defs.partitions import landing_batches
+from fm_assets.defs.progress import progress_logger
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.execution import pipeline
 from fm_assets.execution.runner import run_stage
@@ -33,7 +34,11 @@ def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.A
         settings = fm.settings()
         batch_id = context.partition_key
         report = run_stage(
-            settings, entry.name, batch_id, run_id=context.run.run_id, progress=context.log.info
+            settings,
+            entry.name,
+            batch_id,
+            run_id=context.run.run_id,
+            progress=progress_logger(context),
         )
         checks = [
             to_check_result(settings, key, batch_id, outcome, context.run.run_id)

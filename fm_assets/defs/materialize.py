@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -57,7 +58,13 @@ def materialize(
 ) -> None:
     """Materialize assets in-process; log every check; raise ChecksFailed unless all passed."""
     warnings.filterwarnings("ignore", category=dg.PreviewWarning)
-    config = {"loggers": {"console": {"config": {"log_level": "INFO"}}}, **(run_config or {})}
+    # Dagster's console logger would print every event and a stack trace per failure on the
+    # terminal; progress comes through `fm.progress`, failures as one line each (below), and the
+    # full record stays in the run's event log (the UI) and in $FM_HOME/logs.
+    config = {
+        "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
+        **(run_config or {}),
+    }
     defs = build_definitions()
     result = dg.materialize(
         list(defs.assets or []),  # type: ignore[arg-type]
@@ -77,11 +84,26 @@ def materialize(
         if not evaluation.passed:
             failures.append(f"{name}: {text}")
     if not result.success:
+        log_file = _failure_log(settings, result.run_id)
         for event in result.all_events:
             if not event.is_step_failure:
                 continue
             error = event.step_failure_data.error
-            message = error.message.strip() if error else "failed"
-            failures.append(f"step {event.step_key}: {message}")
+            # The stage's own exception, not Dagster's wrapper around it.
+            cause = error.cause if error and error.cause else error
+            message = cause.message.strip().splitlines()[0] if cause else "failed"
+            failures.append(f"{event.step_key} failed for {partition_key}: {message}")
+            with log_file.open("a") as f:
+                f.write(
+                    f"{event.step_key} [{partition_key}]\n{error.to_string() if error else ''}\n"
+                )
+        failures.append(f"full trace in {log_file}")
     if failures:
         raise ChecksFailed("; ".join(failures))
+
+
+def _failure_log(settings: Settings, run_id: str) -> Path:
+    """Where the full traces of a failed in-process run are written."""
+    directory = settings.home / "logs"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / f"run-{run_id}.log"

@@ -9,6 +9,7 @@ from fm_assets.checks.shard_sets import published_copy
 from fm_assets.checks.table import SHARD_SET_CHECKS, ShardSetSubject, evaluate
 from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.partitions import shard_set_partitions
+from fm_assets.defs.progress import progress_logger
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.defs.versions import DATASET_VERSION
 from fm_assets.registries.tokenizers import resolve_tokenizer
@@ -60,7 +61,7 @@ def shard_set(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.Materiali
         tokenizer,
         seq_len,
         run_id=context.run.run_id,
-        progress=context.log.info,
+        progress=progress_logger(context),
     )
     manifest = build.manifest
     version = require_version(settings, version_key)

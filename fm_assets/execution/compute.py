@@ -53,6 +53,20 @@ def ray_cpus() -> int:
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
+def _result(ref: Any) -> StageResult:
+    """A task's result; a task that raised re-raises its own exception here, not Ray's wrapper,
+    so the stage's message (which says what to do) is what the user sees."""
+    import ray
+
+    try:
+        result: StageResult = ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, Exception):
+            raise exc.cause from exc
+        raise
+    return result
+
+
 def split_rows(table: pa.Table, cpus: int, *, one_per_row: bool = False) -> list[pa.Table]:
     """Cut `table` into chunks for Ray tasks: several per CPU, or one per row (landed files)."""
     if one_per_row:
@@ -79,7 +93,7 @@ def process_on_ray(stage: Stage, chunks: list[pa.Table], progress: Progress) -> 
     while remaining:
         ready, remaining = ray.wait(remaining, num_returns=1)
         for ref in ready:
-            done[order[ref]] = ray.get(ref)
+            done[order[ref]] = _result(ref)
         progress(f"{stage.name}: {len(done)}/{len(pending)} chunks")
     # Keep input order: "first occurrence wins" in dedup must not depend on task timing.
     schema = stage.work_schema or stage.output_schema

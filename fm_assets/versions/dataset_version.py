@@ -10,6 +10,7 @@ import datetime as dt
 import hashlib
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,17 +109,60 @@ def default_batches(settings: Settings) -> list[str]:
     ]
 
 
-def create_version(
-    settings: Settings, version_key: str, batches: list[str] | None, run_id: str | None
-) -> tuple[DatasetVersion, bool]:
-    """Cut `version_key` over `batches` (default: all passing ones); return (version, created)."""
-    dataset, number = parse_version_key(version_key)
+def choose_batches(settings: Settings, version_key: str, batches: list[str] | None) -> list[str]:
+    """The batches a new version covers (default: all passing); refuses a version with no documents.
+
+    Reads only the bookkeeping, so `fm version create` refuses at once, naming what each stage
+    dropped, instead of cutting an empty version that fails at `fm shards build`.
+    """
     chosen = sorted(set(batches or default_batches(settings)))
     if not chosen:
         raise ValueError(
             "no landing batch has passed its checks: process one with `fm run --batch ID`, "
             "or name batches with --batches"
         )
+    final = pipeline.STAGE_NAMES[-1]
+    runs = {b: latest_stage_run(settings, b, final) for b in chosen}
+    missing = [b for b, run in runs.items() if run is None]
+    if missing:
+        raise ValueError(
+            f"batches {', '.join(missing)} have not run {final}; run `fm run --batch ID` first"
+        )
+    if sum(int(run["records_kept"]) for run in runs.values() if run) == 0:
+        raise ValueError(
+            f"{version_key} would hold no documents: {drop_summary(settings, chosen)}; "
+            "land more data, or change the dataset's policy (FM_POLICY_FILE) and rerun"
+        )
+    return chosen
+
+
+def drop_summary(settings: Settings, batches: list[str]) -> str:
+    """What each stage dropped from `batches`: "raw_documents 3 -> 1 (2 empty_record), ..."."""
+    rules: dict[str, Counter[str]] = {}
+    quarantined = catalog.read_table(
+        settings, "quarantine", catalog.where_in("batch_id", batches), columns=("stage", "rule")
+    )
+    for stage, rule in zip(
+        quarantined.column("stage").to_pylist(), quarantined.column("rule").to_pylist(), strict=True
+    ):
+        rules.setdefault(stage, Counter())[rule] += 1
+    parts = []
+    for stage in pipeline.STAGE_NAMES:
+        runs = [latest_stage_run(settings, b, stage) for b in batches]
+        records_in = sum(int(r["records_in"]) for r in runs if r)
+        kept = sum(int(r["records_kept"]) for r in runs if r)
+        if kept < records_in:
+            why = ", ".join(f"{n} {rule}" for rule, n in rules.get(stage, Counter()).most_common(3))
+            parts.append(f"{stage} {records_in} -> {kept} ({why})")
+    return "; ".join(parts) or "the batches hold no records"
+
+
+def create_version(
+    settings: Settings, version_key: str, batches: list[str] | None, run_id: str | None
+) -> tuple[DatasetVersion, bool]:
+    """Cut `version_key` over `batches` (default: all passing ones); return (version, created)."""
+    dataset, number = parse_version_key(version_key)
+    chosen = choose_batches(settings, version_key, batches)
     existing = read_version(settings, version_key)
     if existing is not None:
         if tuple(chosen) != existing.batches:
