@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from fm_assets.cards.card import DatasetCard, build_card, write_card, write_card_to_store
+from fm_assets.cards.build import DatasetCard, build_card, write_card, write_card_to_store
 from fm_assets.execution import pipeline
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog

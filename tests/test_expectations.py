@@ -11,12 +11,15 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from fm_assets.checks.expectations import (
+from fm_assets.checks.expectation_specs import (
     DOCUMENT_SCHEMAS,
     DocumentKind,
+    document_expectation_specs,
+)
+from fm_assets.checks.expectations import (
     ExpectationOutcome,
     ExpectationReport,
-    document_expectations,
+    gx_expectation,
     validate_documents,
 )
 
@@ -67,7 +70,7 @@ def gx_ready() -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_suite_checks_the_schema_column_set_and_names_are_unique(kind: DocumentKind) -> None:
-    specs = document_expectations(kind)
+    specs = document_expectation_specs(kind)
     column_set = [s for s in specs if s.type == "expect_table_columns_to_match_set"]
     assert len(column_set) == 1
     assert list(column_set[0].kwargs["column_set"]) == DOCUMENT_SCHEMAS[kind].names
@@ -79,8 +82,8 @@ def test_suite_checks_the_schema_column_set_and_names_are_unique(kind: DocumentK
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_specs_build_the_named_gx_expectations(kind: DocumentKind) -> None:
-    for spec in document_expectations(kind):
-        assert spec.to_gx().expectation_type == spec.type
+    for spec in document_expectation_specs(kind):
+        assert gx_expectation(spec).expectation_type == spec.type
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -88,7 +91,7 @@ def test_valid_documents_meet_every_expectation(kind: DocumentKind) -> None:
     report = validate_documents(documents(kind), kind)
     assert report.success, report.summary()
     assert [o.expectation for o in report.outcomes] == [
-        s.label for s in document_expectations(kind)
+        s.label for s in document_expectation_specs(kind)
     ]
     assert report.summary() == f"all {len(report.outcomes)} expectations met"
 

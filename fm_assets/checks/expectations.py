@@ -1,24 +1,8 @@
-"""Column-level great-expectations suites for the document tables, run on one batch at a time.
+"""Run the document expectation suites (`expectation_specs.py`) with great-expectations.
 
-`validate_documents(table, kind)` validates an Arrow table of raw, text or tokenized documents
-against the suite `document_expectations(kind)` describes and returns an `ExpectationReport`.
-Dagster asset checks call it; it imports no Dagster.
-
-What the suites check (the column set comes from `fm_assets.storage.schemas`):
-
-- all kinds: exactly the schema's columns; every non-nullable column that is not bytes or a
-  list (`raw_content`, `tokens`) is non-null; `doc_id` is unique; `raw_sha256` is 64 lowercase
-  hex digits; `doc_id` equals `raw_sha256`.
-- raw: `raw_size` >= 1 and `content_type` in {"html", "text"}.
-- text and tokenized: `text` is non-empty.
-- tokenized: `num_tokens` >= 1 and `tokenizer_hash` is 64 lowercase hex digits.
-
-A table with no rows passes every value expectation vacuously; only its columns are checked.
-That a batch is not empty is a separate Dagster check, not this module's.
-
-great_expectations is imported on first validation, never at import time: the import takes
-several seconds and most processes that import this module never validate anything. One
-ephemeral (in-memory) GE context per process holds one validation definition per kind.
+`validate_documents(table, kind)` validates one batch's Arrow table and returns an
+`ExpectationReport`. great_expectations is imported on first validation, never at import time
+(the import takes seconds); one in-memory GE context per process holds one validation per kind.
 """
 
 from __future__ import annotations
@@ -29,13 +13,18 @@ import os
 import threading
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 
-from fm_assets.storage.schemas import RAW_DOCUMENTS, TEXT_DOCUMENTS, TOKENIZED_DOCUMENTS
+from fm_assets.checks.expectation_specs import (
+    DocumentKind,
+    ExpectationSpec,
+    document_expectation_specs,
+    document_schema,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,54 +37,9 @@ if TYPE_CHECKING:
     from great_expectations.datasource.fluent import PandasDatasource
     from great_expectations.expectations import Expectation
 
-DocumentKind = Literal["raw", "text", "tokenized"]
-
-DOCUMENT_SCHEMAS: Mapping[DocumentKind, pa.Schema] = {
-    "raw": RAW_DOCUMENTS,
-    "text": TEXT_DOCUMENTS,
-    "tokenized": TOKENIZED_DOCUMENTS,
-}
-
-SHA256_HEX = r"^[0-9a-f]{64}$"
-
 # How many offending values an outcome quotes, and how much of each.
 _SAMPLE_VALUES = 3
 _SAMPLE_CHARS = 24
-
-
-@dataclass(frozen=True)
-class ExpectationSpec:
-    """One GE expectation by its snake_case type and keyword arguments, built without GE.
-
-    `label` is the name reports use, e.g. "expect_column_values_to_be_unique(doc_id)".
-    """
-
-    type: str
-    kwargs: Mapping[str, Any] = field(hash=False)
-
-    @property
-    def label(self) -> str:
-        """The expectation type and the column(s) it reads."""
-        return _label(self.type, self.kwargs)
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        """The columns whose values this expectation reads; none for table-level ones."""
-        return _columns(self.kwargs)
-
-    def to_gx(self) -> Expectation:
-        """Build the great_expectations expectation object (imports great_expectations)."""
-        gxe = _import_gx().expectations
-        class_name = "".join(part.capitalize() for part in self.type.split("_"))
-        expectation_class = getattr(gxe, class_name, None)
-        if expectation_class is None:
-            raise ValueError(
-                f"great_expectations has no expectation {class_name} for {self.type!r}; "
-                "check the spelling of the type in fm_assets/checks/expectations.py"
-            )
-        # GE validates kwargs with pydantic and wants lists, not the tuples the specs hold.
-        kwargs = {k: list(v) if isinstance(v, tuple) else v for k, v in self.kwargs.items()}
-        return expectation_class(**kwargs)
 
 
 @dataclass(frozen=True)
@@ -126,55 +70,13 @@ class ExpectationReport:
         return "\n".join(f"{o.expectation}: {o.observed}" for o in failures)
 
 
-def document_expectations(kind: DocumentKind) -> list[ExpectationSpec]:
-    """The expectations a table of `kind` documents must meet, in report order."""
-    schema = _schema(kind)
-
-    def spec(type_: str, **kwargs: Any) -> ExpectationSpec:
-        return ExpectationSpec(type_, MappingProxyType(kwargs))
-
-    specs = [
-        spec("expect_table_columns_to_match_set", column_set=tuple(schema.names), exact_match=True),
-        # Bytes and list columns are never converted to pandas (they are most of the table's
-        # bytes), so their nullability is left to the writer's Arrow schema.
-        *(
-            spec("expect_column_values_to_not_be_null", column=f.name)
-            for f in schema
-            if not f.nullable and not _is_bulky(f.type)
-        ),
-        spec("expect_column_values_to_be_unique", column="doc_id"),
-        spec("expect_column_values_to_match_regex", column="raw_sha256", regex=SHA256_HEX),
-        spec("expect_column_pair_values_to_be_equal", column_A="doc_id", column_B="raw_sha256"),
-    ]
-    if kind == "raw":
-        specs += [
-            spec("expect_column_values_to_be_between", column="raw_size", min_value=1),
-            spec(
-                "expect_column_values_to_be_in_set",
-                column="content_type",
-                value_set=("html", "text"),
-            ),
-        ]
-    else:
-        specs.append(spec("expect_column_value_lengths_to_be_between", column="text", min_value=1))
-    if kind == "tokenized":
-        specs += [
-            spec("expect_column_values_to_be_between", column="num_tokens", min_value=1),
-            spec("expect_column_values_to_match_regex", column="tokenizer_hash", regex=SHA256_HEX),
-        ]
-    labels = [s.label for s in specs]
-    if len(set(labels)) != len(labels):
-        # Reports and Dagster name outcomes by label; two specs with one label would be ambiguous.
-        raise ValueError(f"duplicate expectation labels in the {kind} suite: {labels}")
-    return specs
-
-
 def validate_documents(table: pa.Table, kind: DocumentKind) -> ExpectationReport:
     """Run the `kind` suite on `table` with great_expectations and report every outcome.
 
     The column-set expectation sees all of `table`'s columns; value expectations see only the
     columns they read. A column the suite reads but the table lacks fails the expectations on
-    it with GE's "does not exist" error rather than raising.
+    it with GE's "does not exist" error rather than raising. A table with no rows passes every
+    value expectation vacuously: that a batch is not empty is another check's job.
     """
     validation = _validation(kind)
     frame = _to_checked_frame(table, validation.read_columns)
@@ -199,6 +101,21 @@ def validate_documents(table: pa.Table, kind: DocumentKind) -> ExpectationReport
                 ExpectationOutcome(spec.label, bool(gx_result.success), _observed(gx_result))
             )
     return ExpectationReport(success=all(o.success for o in outcomes), outcomes=tuple(outcomes))
+
+
+def gx_expectation(spec: ExpectationSpec) -> Expectation:
+    """The great_expectations expectation object `spec` describes (imports great_expectations)."""
+    gxe = _import_gx().expectations
+    class_name = "".join(part.capitalize() for part in spec.type.split("_"))
+    expectation_class = getattr(gxe, class_name, None)
+    if expectation_class is None:
+        raise ValueError(
+            f"great_expectations has no expectation {class_name} for {spec.type!r}; "
+            "check the spelling of the type in fm_assets/checks/expectation_specs.py"
+        )
+    # GE validates kwargs with pydantic and wants lists, not the tuples the specs hold.
+    kwargs = {k: list(v) if isinstance(v, tuple) else v for k, v in spec.kwargs.items()}
+    return expectation_class(**kwargs)
 
 
 # --- great_expectations plumbing -------------------------------------------------------------
@@ -232,7 +149,7 @@ _validations: dict[DocumentKind, _KindValidation] = {}
 
 def _validation(kind: DocumentKind) -> _KindValidation:
     """The cached validation definition of `kind`, built on first use."""
-    _schema(kind)  # reject an unknown kind before importing GE
+    document_schema(kind)  # reject an unknown kind before importing GE
     with _lock:
         if kind not in _validations:
             if not _gx_handles:
@@ -289,10 +206,10 @@ def _build_validation(handle: _GxHandle, kind: DocumentKind) -> _KindValidation:
     name = f"{kind}_documents"
     batch = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe("whole_table")
     suite = context.suites.add(gx.ExpectationSuite(name=name))
-    specs = document_expectations(kind)
+    specs = document_expectation_specs(kind)
     specs_by_id: dict[str, ExpectationSpec] = {}
     for spec in specs:
-        added = suite.add_expectation(spec.to_gx())
+        added = suite.add_expectation(gx_expectation(spec))
         if added.id is None:
             raise RuntimeError(f"GE gave no id to {spec.label} in suite {name}; cannot map results")
         specs_by_id[added.id] = spec
@@ -359,28 +276,3 @@ def _error_message(exception_info: Mapping[str, Any] | None) -> str | None:
 def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= _SAMPLE_CHARS else text[: _SAMPLE_CHARS - 1] + "…"
-
-
-def _label(type_: str, kwargs: Mapping[str, Any]) -> str:
-    columns = _columns(kwargs)
-    return f"{type_}({', '.join(columns)})" if columns else type_
-
-
-def _columns(kwargs: Mapping[str, Any]) -> tuple[str, ...]:
-    return tuple(kwargs[k] for k in ("column", "column_A", "column_B") if k in kwargs)
-
-
-def _is_bulky(arrow_type: pa.DataType) -> bool:
-    return (
-        pa.types.is_binary(arrow_type)
-        or pa.types.is_large_binary(arrow_type)
-        or pa.types.is_list(arrow_type)
-        or pa.types.is_large_list(arrow_type)
-    )
-
-
-def _schema(kind: str) -> pa.Schema:
-    for known, schema in DOCUMENT_SCHEMAS.items():
-        if kind == known:
-            return schema
-    raise ValueError(f"unknown document kind {kind!r}; expected one of {get_args(DocumentKind)}")

@@ -1,11 +1,7 @@
 """Read an eval set's items from JSONL, JSONL.gz, Arrow (IPC file or stream) or Parquet.
 
-An item's text is its named fields joined with newlines, in the order the fields are named. A
-field is a column or JSON key; a dotted name reaches inside nested records ("choices.text"), and
-through lists of records. A list value (answer aliases, multiple-choice options) contributes
-each of its elements. Every row of the file is an item, numbered from 0 in file order; a row
-whose named fields are all empty stays in the set, listed in `EvalSet.empty_item_ids`, so whoever
-builds a registry from it can report it instead of losing it.
+Every row is an item, numbered from 0; its text is its named fields joined with newlines, and
+empty rows are kept and listed (docs/contamination.md).
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
-"""Text normalisation, words and 64-bit n-gram hashes for eval-set contamination matching.
+"""Text normalisation, words and 64-bit word and n-gram hashes for contamination matching.
 
-The normalised form of a text is what the registry and the matcher compare. Each code point is
-mapped on its own, so every normalised word can be traced back to a character span of the
-original text (what redaction needs):
-
-- Unicode compatibility folding (full-width forms, ligatures, super/subscripts, ... as NFKC
-  does), applied per code point as NFKD with the combining accents then dropped, so that
-  "café", "cafe\u0301" and "ｃａｆé" all give "cafe" (per-code-point NFKC would keep "é" and
-  "e\u0301" apart);
-- case folding ("Straße" -> "strasse");
-- every digit becomes "0" and a run of digits is one "0", so "16 eggs" and "1600 eggs" are the
-  same words (re-numbered GSM-Hard style variants still match); `mask_numbers=False` keeps the
-  digits, for the answers of short items;
-- everything that is not a letter or a digit (punctuation, symbols, underscores, whitespace,
-  control characters) separates words.
-
-Words are hashed to uint64 from their UTF-8 bytes, and n-grams of words from the word hashes,
-both with fixed polynomial hashes and a splitmix64 finaliser in numpy: the same text gives the
-same hashes in every process and on every machine (unlike Python's salted `hash()`).
+Documents and eval items are compared in this normalised form (folded, case-folded, numbers
+masked); every normalised word maps back to a character span of the original text.
+docs/contamination.md describes the rules.
 """
 
 from __future__ import annotations

@@ -1,33 +1,8 @@
-"""Registry rows of one benchmark: what the matcher needs to recognise each of its items.
+"""Registry rows of one benchmark: the hashes the matcher needs to recognise each of its items.
 
-Two tables per benchmark, plain Arrow with Iceberg-compatible types:
-
-- `ITEMS_SCHEMA`, one row per eval item, empty ones included: its exact hash (all its
-  normalised words), word and n-gram counts, and the sha256 of the file it came from.
-- `REGISTRY_SCHEMA`, one row per hash the matcher looks up, tagged with its `role`:
-  - `ngram`: each distinct `ngram_size`-word n-gram of the item's whole normalised text (its
-    fields joined), except n-grams with fewer than MIN_CONTENT_WORDS words that are not numbers
-    (any table of figures would hold them) and template n-grams found in more than
-    MAX_ITEMS_PER_NGRAM items of the benchmark. A document is contaminated by the item when it
-    holds at least the matcher's `threshold` of these n-grams.
-  - `anchor`, `anchor_head` and `answer`: the short-item rule, for items whose anchor (the
-    values of their first non-empty field, e.g. an NQ-open question) has fewer than
-    2 * ngram_size words. Such items have few n-grams of their own (none under ngram_size
-    words: half of NQ-open), and a page that sets question and answer on separate labelled
-    lines, or gives one of twenty answer aliases, keeps none of the n-grams spanning both. So
-    such an item also matches a document that holds an anchor verbatim (all its normalised
-    words in a row) followed, within ANSWER_WINDOW words, by any value of its other fields
-    (an answer alias) verbatim. Answers keep their digits ("2017" must be 2017, not any
-    number). An item registered with one field matches on its anchor alone; one whose other
-    fields hold no usable answer (an NQ answer "---", or one character: "S", "3") gets no
-    short rule. Anchors need
-    MIN_CONTENT_WORDS words that are not numbers, and an anchor shared by more than
-    MAX_ITEMS_PER_NGRAM items is template text. `anchor_head` hashes an anchor's first
-    HEAD_WORDS words, which the matcher looks up first.
-
-Iceberg has no unsigned integers, so the uint64 hashes are stored as int64 with the same 64 bits
-(`to_stored`, `from_stored`); the matcher reads them back as uint64. `length` is the number of
-words a row's hash covers.
+`build_registry` turns an eval set into ITEMS_SCHEMA rows (one per item) and REGISTRY_SCHEMA rows
+(one per hash: n-grams and the short-item rule's anchors and answers). docs/contamination.md
+describes the rules, the thresholds below and the tables.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""The contamination registry in Iceberg: register a benchmark, load a matcher, scan documents.
+"""The contamination registry in Iceberg: register a benchmark, load a matcher, pin the registry.
 
-Registering writes the benchmark's n-gram rows, then its item rows (both replaced in the
-benchmark's partition), then its `contamination_benchmarks` row last: a matcher only uses
-benchmarks listed there. "The registry as it stands" is the snapshot ids of the three tables
-(`registry_ref`); stages and checks pin it, so adding a benchmark changes the decontamination
-stage's content key and every shard-set gate sees it.
+Registering writes a benchmark's n-gram rows, then its item rows, then its
+`contamination_benchmarks` row last: a matcher only uses benchmarks listed there. Stages and
+checks pin `registry_ref`, the three tables' snapshot ids (docs/contamination.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Registries: quality classifiers by model hash (and, with issue 5, the contamination registry)."""
+"""Registries: quality classifiers by model hash, the contamination registry, version re-scans."""
 
 import json
 from collections.abc import Iterator
@@ -7,7 +7,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from fm_assets.cards.card import build_card, write_card_to_store
+from fm_assets.cards.build import build_card, write_card_to_store
 from fm_assets.contamination.store import (
     local_copy,
     register_benchmark,

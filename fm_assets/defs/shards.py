@@ -4,7 +4,7 @@ import warnings
 
 import dagster as dg
 
-from fm_assets.cards.card import build_card, write_card_to_store
+from fm_assets.cards.build import build_card, write_card_to_store
 from fm_assets.checks.shard_sets import published_copy
 from fm_assets.checks.table import SHARD_SET_CHECKS, ShardSetSubject, evaluate
 from fm_assets.defs.checks import check_specs, to_check_result

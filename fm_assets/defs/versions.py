@@ -3,7 +3,7 @@
 import dagster as dg
 from pydantic import Field
 
-from fm_assets.cards.card import build_card, write_card_to_store
+from fm_assets.cards.build import build_card, write_card_to_store
 from fm_assets.checks.table import VERSION_CHECKS, VersionSubject, evaluate
 from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.partitions import dataset_versions

@@ -1,0 +1,117 @@
+"""Dataset cards: a Markdown page and PNG plots describing one dataset version, and where they go.
+
+`build_card` reads the version's counts (`data.py`), draws the plots (`plots.py`) and renders the
+page (`markdown.py`); `write_card` and `write_card_to_store` write the files, plots first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from fm_assets.cards.data import CardData, read_card_data
+from fm_assets.cards.markdown import render_markdown
+from fm_assets.cards.plots import card_plots
+from fm_assets.settings import Settings
+from fm_assets.storage.objectstore import ObjectStore
+from fm_assets.versions.dataset_version import DatasetVersion
+
+CARD_FILE = "dataset_card.md"
+
+
+@dataclass(frozen=True)
+class DatasetCard:
+    """One version's card: the page, the plots it references, and its figures as metadata."""
+
+    version_key: str
+    markdown: str
+    plots: dict[str, bytes]  # file name -> PNG bytes, referenced by name from the Markdown
+    summary: dict[str, object]  # the card's figures, JSON-able, for asset metadata
+
+
+def build_card(
+    settings: Settings,
+    version: DatasetVersion,
+    contamination: Mapping[str, object] | None = None,
+) -> DatasetCard:
+    """Build the card of `version`; `contamination` (flagged benchmarks, items) adds a section."""
+    data = read_card_data(settings, version)
+    flagged = (
+        None
+        if contamination is None
+        else json.loads(json.dumps(dict(contamination), sort_keys=True, default=str))
+    )
+    plots = card_plots(data)
+    return DatasetCard(
+        version_key=version.version_key,
+        markdown=render_markdown(version, data, flagged),
+        plots=plots,
+        summary=_summary(version, data, flagged, sorted(plots)),
+    )
+
+
+def write_card(card: DatasetCard, directory: Path) -> list[Path]:
+    """Write the card and its plots into `directory`, each file atomically; plots first, so a
+    reader who sees the card also sees what it references."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, data in [*sorted(card.plots.items()), (CARD_FILE, card.markdown.encode())]:
+        final = directory / name
+        tmp = directory / f".{name}.tmp-{uuid.uuid4().hex}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+        written.append(final)
+    return written
+
+
+def write_card_to_store(card: DatasetCard, store: ObjectStore, prefix: str) -> list[str]:
+    """Write the card and its plots under `prefix` in the object store; return their URIs."""
+    uris = []
+    for name, data in [*sorted(card.plots.items()), (CARD_FILE, card.markdown.encode())]:
+        key = f"{prefix.strip('/')}/{name}"
+        store.write_bytes_atomic(key, data)
+        uris.append(store.uri(key))
+    return uris
+
+
+def _summary(
+    version: DatasetVersion,
+    data: CardData,
+    contamination: dict[str, object] | None,
+    plots: list[str],
+) -> dict[str, object]:
+    return {
+        "version_key": version.version_key,
+        "dataset": version.dataset,
+        "version": version.version,
+        "batches": list(version.batches),
+        "documents": data.documents,
+        "tokens": data.tokens,
+        "by_source": data.by_source,
+        "by_language": data.by_language,
+        "waterfall": [
+            {
+                "stage": flow.stage,
+                "records_in": flow.records_in,
+                "quarantined": flow.quarantined,
+                "kept": flow.kept,
+                "unaccounted": flow.unaccounted,
+            }
+            for flow in data.flows
+        ],
+        "dedup": {
+            kind: {**dataclasses.asdict(d), "ratio": d.ratio} for kind, d in data.dedup.items()
+        },
+        "pii": data.pii,
+        "lengths": data.lengths,
+        "contamination": contamination,
+        "plots": plots,
+    }

@@ -1,0 +1,212 @@
+"""The counts a dataset card shows, read from the tables as one dataset version sees them.
+
+Document tables are read at the version's Iceberg tags. `quarantine` and `pii_redactions` are read
+at their own tag of the version when they have one, else as they stood at the version's latest
+pinned document commit: the runner commits a stage's quarantine and side tables before its
+output, so that instant holds the rows behind the version's documents (unless a rerun of one of
+its batches was midway then; a waterfall row's `unaccounted` then shows the gap).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fm_assets.execution import pipeline
+from fm_assets.settings import Settings
+from fm_assets.storage import catalog
+from fm_assets.versions.dataset_version import DOCUMENT_TABLES, DatasetVersion
+
+EXACT_DEDUP = ("raw_documents", "exact_duplicate")  # (stage, quarantine rule)
+NEAR_DEDUP = ("near_deduplicated_documents", "near_duplicate")
+PERCENTILES = (50, 90, 99)
+UNKNOWN_LANGUAGE = "unknown"  # a final document with no language_tagged_documents row
+FINAL_STAGE = pipeline.STAGE_NAMES[-1]
+
+Groups = dict[str, dict[str, int]]  # key -> {"documents": n, "tokens": n}
+Stats = dict[str, float | int]  # min, p50, p90, p99, max, mean
+
+
+@dataclass(frozen=True)
+class StageFlow:
+    """Records of the version's batches entering one stage, quarantined by rule, and kept."""
+
+    stage: str
+    records_in: int
+    quarantined: dict[str, int]
+    kept: int
+
+    @property
+    def unaccounted(self) -> int:
+        """Records neither kept nor quarantined: 0 unless a table was rewritten mid-cut."""
+        return self.records_in - sum(self.quarantined.values()) - self.kept
+
+
+@dataclass(frozen=True)
+class Dedup:
+    """Records one dedup rule quarantined, over the records entering its stage."""
+
+    stage: str
+    rule: str
+    duplicates: int
+    records_in: int
+
+    @property
+    def ratio(self) -> float:
+        return self.duplicates / self.records_in if self.records_in else 0.0
+
+
+@dataclass(frozen=True)
+class CardData:
+    """What a card shows of one version: its totals, breakdowns and per-document lengths."""
+
+    documents: int
+    tokens: int
+    by_source: Groups
+    by_language: Groups
+    flows: list[StageFlow]  # one per pipeline stage, in pipeline order
+    dedup: dict[str, Dedup]  # "exact", "near"
+    pii: dict[str, dict[str, int]]  # kind -> {"redactions": n, "documents": n}
+    lengths: dict[str, Stats | None]  # "tokens", "characters"; None: no documents
+    token_lengths: npt.NDArray[np.int64]  # per final document, for the histograms
+    character_lengths: npt.NDArray[np.int64]
+
+
+def read_card_data(settings: Settings, version: DatasetVersion) -> CardData:
+    """The counts of `version`, read at the snapshots the version sees."""
+    docs = _final_documents(settings, version)
+    flows = _stage_flows(settings, version)
+    token_lengths = docs.column("num_tokens").to_numpy().astype(np.int64)
+    character_lengths = _character_lengths(settings, version)
+    return CardData(
+        documents=docs.num_rows,
+        tokens=int(token_lengths.sum()),
+        by_source=_by_key(docs, "source"),
+        by_language=_by_key(docs, "language"),
+        flows=flows,
+        dedup={"exact": _dedup(flows, *EXACT_DEDUP), "near": _dedup(flows, *NEAR_DEDUP)},
+        pii=_pii_counts(settings, version, docs.column("doc_id")),
+        lengths={"tokens": _stats(token_lengths), "characters": _stats(character_lengths)},
+        token_lengths=token_lengths,
+        character_lengths=character_lengths,
+    )
+
+
+def _snapshot(settings: Settings, version: DatasetVersion, table: str) -> int | None:
+    """The snapshot of `table` the version sees; None when the table had no rows then."""
+    if table in version.snapshot_ids:
+        return version.snapshot_ids[table]
+    if table in DOCUMENT_TABLES:
+        return None  # create_version pins every document table that had a snapshot
+    iceberg = catalog.load_table(settings, table)
+    tagged = iceberg.snapshot_by_name(version.version_key)
+    if tagged is not None:
+        return tagged.snapshot_id
+    pinned = [
+        catalog.load_table(settings, name).snapshot_by_id(snapshot_id)
+        for name, snapshot_id in version.snapshot_ids.items()
+    ]
+    times = [s.timestamp_ms for s in pinned if s is not None]
+    snapshot = iceberg.snapshot_as_of_timestamp(max(times)) if times else None
+    return snapshot.snapshot_id if snapshot is not None else None
+
+
+def _read(
+    settings: Settings, version: DatasetVersion, table: str, columns: tuple[str, ...]
+) -> pa.Table:
+    snapshot_id = _snapshot(settings, version, table)
+    if snapshot_id is None:
+        schema = catalog.table_schema(table)
+        return pa.schema([schema.field(c) for c in columns]).empty_table()
+    return catalog.read_table(
+        settings, table, catalog.where_in("batch_id", list(version.batches)), snapshot_id, columns
+    )
+
+
+def _final_documents(settings: Settings, version: DatasetVersion) -> pa.Table:
+    """doc_id, batch_id, source, num_tokens and language of every document of the version."""
+    docs = _read(settings, version, FINAL_STAGE, ("doc_id", "batch_id", "source", "num_tokens"))
+    languages = _read(
+        settings, version, "language_tagged_documents", ("doc_id", "batch_id", "language")
+    )
+    joined = docs.join(languages, keys=["doc_id", "batch_id"], join_type="left outer")
+    return joined.set_column(
+        joined.schema.get_field_index("language"),
+        "language",
+        pc.fill_null(joined.column("language"), UNKNOWN_LANGUAGE),
+    )
+
+
+def _stage_flows(settings: Settings, version: DatasetVersion) -> list[StageFlow]:
+    quarantine = _read(settings, version, "quarantine", ("stage", "rule"))
+    counts: dict[str, dict[str, int]] = {}
+    for row in quarantine.group_by(["stage", "rule"]).aggregate([("rule", "count")]).to_pylist():
+        counts.setdefault(row["stage"], {})[row["rule"]] = int(row["rule_count"])
+    flows: list[StageFlow] = []
+    for stage in pipeline.STAGE_NAMES:
+        quarantined = dict(sorted(counts.get(stage, {}).items()))
+        kept = _read(settings, version, stage, ("doc_id",)).num_rows
+        # The first stage reads landed files, which no table counts: its input is what it sorted.
+        records_in = flows[-1].kept if flows else kept + sum(quarantined.values())
+        flows.append(StageFlow(stage, records_in, quarantined, kept))
+    return flows
+
+
+def _pii_counts(
+    settings: Settings, version: DatasetVersion, doc_ids: pa.ChunkedArray
+) -> dict[str, dict[str, int]]:
+    rows = _read(settings, version, "pii_redactions", ("doc_id", "kind"))
+    rows = rows.filter(pc.is_in(rows.column("doc_id"), value_set=doc_ids.combine_chunks()))
+    grouped = rows.group_by("kind").aggregate([("doc_id", "count"), ("doc_id", "count_distinct")])
+    return {
+        row["kind"]: {"redactions": row["doc_id_count"], "documents": row["doc_id_count_distinct"]}
+        for row in sorted(grouped.to_pylist(), key=lambda r: r["kind"])
+    }
+
+
+def _character_lengths(settings: Settings, version: DatasetVersion) -> npt.NDArray[np.int64]:
+    """Characters per final document, streamed: the text column never sits in memory whole."""
+    snapshot_id = _snapshot(settings, version, FINAL_STAGE)
+    if snapshot_id is None:
+        return np.zeros(0, dtype=np.int64)
+    scan = catalog.load_table(settings, FINAL_STAGE).scan(
+        row_filter=catalog.where_in("batch_id", list(version.batches)),
+        snapshot_id=snapshot_id,
+        selected_fields=("text",),
+    )
+    parts = [
+        pc.utf8_length(batch.column("text")).to_numpy(zero_copy_only=False)
+        for batch in scan.to_arrow_batch_reader()
+    ]
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _by_key(docs: pa.Table, key: str) -> Groups:
+    grouped = docs.group_by(key).aggregate([("doc_id", "count"), ("num_tokens", "sum")])
+    return {
+        row[key]: {"documents": row["doc_id_count"], "tokens": row["num_tokens_sum"]}
+        for row in sorted(grouped.to_pylist(), key=lambda r: r[key])
+    }
+
+
+def _dedup(flows: list[StageFlow], stage: str, rule: str) -> Dedup:
+    flow = next((f for f in flows if f.stage == stage), None)
+    if flow is None:
+        return Dedup(stage, rule, 0, 0)
+    return Dedup(stage, rule, flow.quarantined.get(rule, 0), flow.records_in)
+
+
+def _stats(values: npt.NDArray[np.int64]) -> Stats | None:
+    if values.size == 0:
+        return None
+    points = np.percentile(values, PERCENTILES)
+    return {
+        "min": int(values.min()),
+        **{f"p{p}": round(float(v), 3) for p, v in zip(PERCENTILES, points, strict=True)},
+        "max": int(values.max()),
+        "mean": round(float(values.mean()), 3),
+    }
