@@ -34,13 +34,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from fm_assets.curation.langid import DEFAULT_MAX_CHARS, LanguagePolicy, identify_languages
-from fm_assets.curation.quality_rules import (
-    RULES_VERSION,
-    QualityThresholds,
-    decide_batch,
-    score_text,
-    score_texts,
-)
+from fm_assets.curation.quality.scores import RULES_VERSION, score_text, score_texts
+from fm_assets.curation.quality.thresholds import QualityThresholds, decide_batch
 from fm_assets.stages.decoding import decode_bytes
 
 REPO = Path(__file__).resolve().parents[1]

@@ -43,17 +43,15 @@ from pathlib import Path
 import datasketch
 import numpy as np
 
-from fm_assets.curation.minhash import (
+from fm_assets.curation.minhash.index import NearDupIndex
+from fm_assets.curation.minhash.shingles import shingle_hash, shingle_sets, word_hash
+from fm_assets.curation.minhash.signatures import (
     MINHASH_VERSION,
     BatchSketch,
     MinHashConfig,
-    NearDupIndex,
     band_hashes,
     jaccard,
-    shingle_hash,
-    shingle_sets,
     signatures,
-    word_hash,
 )
 
 REPO = Path(__file__).resolve().parents[1]

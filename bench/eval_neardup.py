@@ -31,13 +31,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fm_assets.curation.minhash import (
+from fm_assets.curation.minhash.index import NearDupIndex
+from fm_assets.curation.minhash.shingles import shingle_sets
+from fm_assets.curation.minhash.signatures import (
     MINHASH_VERSION,
     MinHashConfig,
-    NearDupIndex,
     containment,
     jaccard,
-    shingle_sets,
 )
 
 REPO = Path(__file__).resolve().parents[1]

@@ -34,11 +34,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fm_assets.curation.pii import (
+from fm_assets.curation.pii.addresses import NON_PUBLIC_NETWORKS
+from fm_assets.curation.pii.redaction import (
     CREDIT_CARD,
     EMAIL,
     IP_ADDRESS,
-    NON_PUBLIC_NETWORKS,
     PHONE,
     PII_KINDS,
     PII_RULES_VERSION,

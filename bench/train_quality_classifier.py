@@ -28,17 +28,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from fm_assets.curation.quality_classifier import (
-    QualityClassifier,
-    TrainingDocument,
+from fm_assets.curation.classifier.recipe import (
     boilerplate_lines,
     default_training_data,
-    in_holdout,
-    load_classifier,
     page_lines,
-    score_texts,
-    train_classifier,
 )
+from fm_assets.curation.classifier.scoring import QualityClassifier, load_classifier, score_texts
+from fm_assets.curation.classifier.training import TrainingDocument, in_holdout, train_classifier
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

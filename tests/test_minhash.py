@@ -14,19 +14,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fm_assets.curation import minhash
-from fm_assets.curation.minhash import (
-    NEARDUP_INDEX_SCHEMA,
-    MinHashConfig,
-    NearDupIndex,
-    band_hashes,
-    jaccard,
+from fm_assets.curation.minhash import shingles as shingling
+from fm_assets.curation.minhash.index import NEARDUP_INDEX_SCHEMA, NearDupIndex
+from fm_assets.curation.minhash.shingles import (
     normalize_words,
     shingle_hash,
     shingle_sets,
+    word_hash,
+)
+from fm_assets.curation.minhash.signatures import (
+    MinHashConfig,
+    band_hashes,
+    jaccard,
+    permutations,
     signatures,
     sketch,
-    word_hash,
 )
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -64,9 +66,9 @@ def reference_shingles(text: str, n: int = 5) -> set[int]:
 
 
 def test_code_point_map_matches_the_definition_for_every_code_point() -> None:
-    table = minhash._code_point_map()
+    table = shingling._code_point_map()
     expected = np.array(
-        [ord(c) if (c := minhash._normalise_char(chr(p))) else 0 for p in range(0x110000)],
+        [ord(c) if (c := shingling._normalise_char(chr(p))) else 0 for p in range(0x110000)],
         dtype=np.uint32,
     )
     assert np.array_equal(table, expected)
@@ -134,7 +136,7 @@ def test_signatures_equal_datasketch_minhash(articles: list[str]) -> None:
     # Another seed and shape, passing our permutations explicitly.
     config = MinHashConfig(bands=4, rows=5, seed=12345)
     ours = signatures(shingles, config)
-    perms = minhash.permutations(config.num_perm, config.seed)
+    perms = permutations(config.num_perm, config.seed)
     for row, values in zip(ours, shingles, strict=True):
         theirs = datasketch.MinHash(
             num_perm=config.num_perm,

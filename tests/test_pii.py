@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fm_assets.curation.pii import (
+from fm_assets.curation.pii.redaction import (
     CREDIT_CARD,
     EMAIL,
     IP_ADDRESS,

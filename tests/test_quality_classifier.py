@@ -13,17 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from fm_assets.curation.quality_classifier import (
-    CLASSIFIER_RECIPE_VERSION,
-    ClassifierReport,
+from fm_assets.curation.classifier.recipe import default_training_data
+from fm_assets.curation.classifier.scoring import (
     QualityClassifier,
-    TrainingConfig,
-    TrainingDocument,
-    default_training_data,
-    in_holdout,
     load_classifier,
     preprocess,
     score_texts,
+)
+from fm_assets.curation.classifier.training import (
+    CLASSIFIER_RECIPE_VERSION,
+    ClassifierReport,
+    TrainingConfig,
+    TrainingDocument,
+    in_holdout,
     split_passages,
     train_classifier,
 )

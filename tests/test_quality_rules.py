@@ -13,22 +13,23 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from fm_assets.curation.quality_rules import (
-    C4,
-    FINEWEB,
-    GOPHER,
-    MAX_NGRAM_WORDS,
-    MAX_SCORED_CHARS,
-    QUALITY_REASON_CODES,
-    QUALITY_RULES,
+from fm_assets.curation.quality.c4 import C4
+from fm_assets.curation.quality.fineweb import FINEWEB
+from fm_assets.curation.quality.gopher import GOPHER, MAX_NGRAM_WORDS
+from fm_assets.curation.quality.scores import (
     RULE_SETS,
     RULES_VERSION,
     SCORE_COLUMNS,
+    score_text,
+    score_texts,
+)
+from fm_assets.curation.quality.text import MAX_SCORED_CHARS
+from fm_assets.curation.quality.thresholds import (
+    QUALITY_REASON_CODES,
+    QUALITY_RULES,
     QualityThresholds,
     decide,
     decide_batch,
-    score_text,
-    score_texts,
 )
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

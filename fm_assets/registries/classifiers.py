@@ -1,6 +1,6 @@
 """Quality classifiers registered by the sha256 of their model file, copied into the object store.
 
-`fm classifier train` trains one (fm_assets.curation.quality_classifier), then registers it here:
+`fm classifier train` trains one (fm_assets.curation.classifier.training), then registers it here:
 the model is copied to `registry/classifiers/<sha256>.bin` and a `quality_classifiers` row keeps
 its held-out accuracy and training-data provenance. A dataset policy names a model by hash; the
 quality stage loads it by that hash on every worker, refusing bytes that do not match.
@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from fm_assets.curation.quality_classifier import load_classifier
+from fm_assets.curation.classifier.scoring import load_classifier
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.objectstore import open_object_store, read_verified

@@ -15,11 +15,11 @@ from typing import ClassVar
 import numpy as np
 import pyarrow as pa
 
-from fm_assets.curation.minhash import (
+from fm_assets.curation.minhash.index import NearDupIndex
+from fm_assets.curation.minhash.signatures import (
     MINHASH_VERSION,
     BatchSketch,
     MinHashConfig,
-    NearDupIndex,
     sketch,
 )
 from fm_assets.stages.base import CombineContext, Stage, StageResult, quarantine_rows

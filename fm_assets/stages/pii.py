@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import pyarrow as pa
 
-from fm_assets.curation.pii import PII_RULES_VERSION, redact_batch
+from fm_assets.curation.pii.redaction import PII_RULES_VERSION, redact_batch
 from fm_assets.stages.base import Stage, StageResult, split_kept
 from fm_assets.storage import schemas
 

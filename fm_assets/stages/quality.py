@@ -13,14 +13,9 @@ from typing import ClassVar
 
 import pyarrow as pa
 
-from fm_assets.curation.quality_classifier import score_texts as classify
-from fm_assets.curation.quality_rules import (
-    RULES_VERSION,
-    SCORE_COLUMNS,
-    QualityThresholds,
-    decide_batch,
-    score_texts,
-)
+from fm_assets.curation.classifier.scoring import score_texts as classify
+from fm_assets.curation.quality.scores import RULES_VERSION, SCORE_COLUMNS, score_texts
+from fm_assets.curation.quality.thresholds import QualityThresholds, decide_batch
 from fm_assets.registries.classifiers import load_registered_classifier
 from fm_assets.stages.base import Stage, StageResult, split_kept
 from fm_assets.storage import schemas

@@ -1,68 +1,33 @@
-"""A DCLM-style fastText quality classifier: train it, load it, score texts with it.
+"""Train a DCLM-style hq/lq fastText quality classifier: passages, a holdout split by group hash,
+fastText in a fresh process, a model file named by its sha256, and a `ClassifierReport`.
 
-Binary labels: `__label__hq` (curated article text) against `__label__lq` (boilerplate and
-low-quality page text). Training and scoring pass every text through the same `preprocess`.
-The model file is named by the sha256 of its own bytes, so a model is identified by its content.
-
-    documents -> passages -> holdout split by group hash -> preprocess -> fastText (fresh
-    process, thread=1) -> <sha256>.bin -> holdout metrics -> ClassifierReport
-
-The default recipe (`default_training_data`) derives both classes from the shared
-article-extraction benchmark: positives are the ground-truth article bodies, negatives are the
-text of the same HTML pages that is not part of the article body (navigation, footers, link
-lists, captions, cookie and subscription notices).
-
-Nothing here imports Dagster, Ray or Iceberg: the CLI, the registry table and the filter stage
-build on these functions.
+The recipe and its reasons: docs/curation.md (Quality classifier).
 """
 
 from __future__ import annotations
 
-import functools
-import gzip
 import hashlib
 import importlib.metadata
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
-import unicodedata
-import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fm_assets.curation.classifier.scoring import (
+    DEFAULT_MAX_CHARS,
+    HQ_LABEL,
+    LQ_LABEL,
+    load_classifier,
+    preprocess,
+    score_texts,
+)
+
 CLASSIFIER_RECIPE_VERSION = "quality_fasttext_v1"
-HQ_LABEL = "__label__hq"
-LQ_LABEL = "__label__lq"
-DEFAULT_MAX_CHARS = 10_000
-
-_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_PUNCTUATION = re.compile(r"([^\w\s])")
-_SHA256_NAME = re.compile(r"[0-9a-f]{64}")
-
-
-def preprocess(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> str:
-    """Normalise a text into the one-line form the classifier is trained and scored on.
-
-    1. keep the first `max_chars` characters (a 5 MB document costs no more than a short one);
-    2. NFKC-normalise and lowercase;
-    3. replace control characters and unencodable code points (lone surrogates) with spaces;
-    4. remove fastText's label prefix `__label__`, so a text cannot inject a label;
-    5. put spaces around every character that is neither a word character nor whitespace,
-       so "end." and "end" are the same word;
-    6. collapse all whitespace, newlines included, to single spaces.
-
-    The result has no newline (fastText reads one example per line) and is idempotent:
-    `preprocess(preprocess(t)) == preprocess(t)` for texts within the cap.
-    """
-    text = unicodedata.normalize("NFKC", text[:max_chars]).lower()
-    text = text.encode("utf-8", "replace").decode("utf-8")
-    text = _CONTROL_CHARS.sub(" ", text).replace("__label__", " ")
-    return " ".join(_PUNCTUATION.sub(r" \1 ", text).split())
 
 
 @dataclass(frozen=True)
@@ -345,181 +310,3 @@ def train_classifier(
         negatives_sha256=_inputs_sha256(neg_docs),
         sources=tuple(sorted((sources or {}).items())),
     )
-
-
-@dataclass(frozen=True)
-class QualityClassifier:
-    """A loaded model and the content hash that names it."""
-
-    path: Path
-    sha256: str
-    model: Any = field(repr=False, compare=False)
-
-
-@functools.lru_cache(maxsize=4)
-def _load_cached(path: Path) -> QualityClassifier:
-    import fasttext
-
-    data = path.read_bytes()
-    sha256 = _sha256(data)
-    if _SHA256_NAME.fullmatch(path.stem) and path.stem != sha256:
-        raise ValueError(
-            f"classifier {path} is corrupt: its name says sha256 {path.stem}, its bytes hash "
-            f"to {sha256}; retrain it with `fm classifier train` or restore the file"
-        )
-    model = fasttext.load_model(str(path))
-    labels = set(model.get_labels())
-    if labels != {HQ_LABEL, LQ_LABEL}:
-        raise ValueError(f"{path} is not a quality classifier: its labels are {sorted(labels)}")
-    return QualityClassifier(path, sha256, model)
-
-
-def load_classifier(path: Path | str) -> QualityClassifier:
-    """Load a model file once per process (later calls with the same path reuse it) and check
-    that a content-hash name matches the bytes."""
-    return _load_cached(Path(path).resolve())
-
-
-def score_texts(
-    classifier: QualityClassifier,
-    texts: Sequence[str],
-    *,
-    max_chars: int = DEFAULT_MAX_CHARS,
-    batch_size: int = 1024,
-) -> list[float]:
-    """P(hq) for each text, in order. A text with nothing left after `preprocess` scores 0.0.
-
-    Pass the training config's `max_chars` if the model was trained with a non-default one.
-    """
-    scores = [0.0] * len(texts)
-    for start in range(0, len(texts), batch_size):
-        batch = [preprocess(t, max_chars) for t in texts[start : start + batch_size]]
-        index = [i for i, t in enumerate(batch) if t]
-        if not index:
-            continue
-        # Lists only: fastText 0.9.3 under numpy 2 fails on a single string.
-        labels, probs = classifier.model.predict([batch[i] for i in index], k=2)
-        for i, row_labels, row_probs in zip(index, labels, probs, strict=True):
-            # fastText smooths log-probabilities, so a value may exceed 1 by ~1e-5.
-            p_hq = dict(zip(row_labels, row_probs, strict=True)).get(HQ_LABEL, 0.0)
-            scores[start + i] = min(1.0, max(0.0, float(p_hq)))
-    return scores
-
-
-# --- The default recipe: the shared article-extraction benchmark -------------------------------
-
-BENCHMARK = Path("extraction") / "article-extraction-benchmark"
-_SKIPPED_TAGS = frozenset(
-    "script style noscript template svg head iframe object canvas math select".split()  # noqa: SIM905
-)
-# Elements that start a new line of visible text.
-_BLOCK_TAGS = frozenset(
-    """address article aside blockquote br button caption dd details dialog div dl dt fieldset
-    figcaption figure footer form h1 h2 h3 h4 h5 h6 header hr img label li main menu nav ol
-    option p pre section summary table tbody td tfoot th thead tr ul""".split()  # noqa: SIM905
-)
-_WORD = re.compile(r"\w+")
-
-
-def page_lines(html: bytes) -> list[str]:
-    """The visible text of an HTML page, one line per block element (scripts, styles and the
-    head dropped), whitespace collapsed, empty lines dropped."""
-    import lxml.html
-
-    parser = lxml.html.HTMLParser(encoding="utf-8", remove_comments=True)
-    root = lxml.html.document_fromstring(html, parser=parser)
-    lines: list[str] = []
-    current: list[str] = []
-
-    def flush() -> None:
-        line = " ".join(" ".join(current).split())
-        if line:
-            lines.append(line)
-        current.clear()
-
-    # An explicit stack, not recursion: some pages nest deeper than Python's recursion limit.
-    stack: list[tuple[Any, bool]] = [(root, False)]
-    while stack:
-        element, closing = stack.pop()
-        tag = element.tag.lower() if isinstance(element.tag, str) else None
-        if closing:
-            if tag in _BLOCK_TAGS:
-                flush()
-            if element.tail:
-                current.append(element.tail)
-            continue
-        if tag is None or tag in _SKIPPED_TAGS:
-            if element.tail:
-                current.append(element.tail)
-            continue
-        if tag in _BLOCK_TAGS:
-            flush()
-        if element.text:
-            current.append(element.text)
-        stack.append((element, True))
-        stack.extend((child, False) for child in reversed(element))
-    flush()
-    return lines
-
-
-def boilerplate_lines(lines: Sequence[str], article: str) -> list[str]:
-    """The lines that are not part of `article`, each once, in page order.
-
-    A line of three or more words belongs to the article when at least half of its word
-    trigrams occur in it; a shorter line when its words occur there contiguously.
-    """
-    words = _WORD.findall(article.lower())
-    trigrams = set(zip(words, words[1:], words[2:], strict=False))
-    joined = f" {' '.join(words)} "
-    out: list[str] = []
-    seen: set[str] = set()
-    for line in lines:
-        tokens = _WORD.findall(line.lower())
-        if not tokens or line in seen:
-            continue
-        if len(tokens) < 3:
-            in_article = f" {' '.join(tokens)} " in joined
-        else:
-            grams = list(zip(tokens, tokens[1:], tokens[2:], strict=False))
-            in_article = sum(g in trigrams for g in grams) >= 0.5 * len(grams)
-        if not in_article:
-            seen.add(line)
-            out.append(line)
-    return out
-
-
-def default_training_data(
-    shared_data: Path,
-) -> tuple[list[TrainingDocument], list[TrainingDocument], dict[str, str]]:
-    """The default recipe's (positives, negatives, sources) from the shared benchmark.
-
-    Positives: each page's ground-truth `articleBody`. Negatives: the page's boilerplate lines
-    (`boilerplate_lines` of `page_lines`) joined into one document per page. Both are grouped by
-    the page's host, so a site's article and its navigation are on the same side of the holdout
-    split and no site's template is seen in training and scored in the holdout.
-    """
-    base = shared_data / BENCHMARK
-    truth_file = base / "ground-truth.json"
-    if not truth_file.is_file():
-        raise ValueError(f"{truth_file} is missing: the default recipe reads the shared data")
-    truth = json.loads(truth_file.read_text(encoding="utf-8"))
-    positives: list[TrainingDocument] = []
-    negatives: list[TrainingDocument] = []
-    for page_id in sorted(truth):
-        article = truth[page_id]["articleBody"]
-        host = urllib.parse.urlsplit(truth[page_id]["url"]).hostname or page_id
-        group = host.removeprefix("www.")
-        positives.append(TrainingDocument(article, group))
-        html = gzip.decompress((base / "html" / f"{page_id}.html.gz").read_bytes())
-        boilerplate = boilerplate_lines(page_lines(html), article)
-        if boilerplate:
-            negatives.append(TrainingDocument("\n".join(boilerplate), group))
-    sources = {
-        "positives": f"{BENCHMARK}/ground-truth.json: articleBody of {len(positives)} pages",
-        "negatives": (
-            f"{BENCHMARK}/html/*.html.gz: block-level page text not in the articleBody, "
-            f"{len(negatives)} pages"
-        ),
-        "holdout_groups": "page host (www. stripped)",
-    }
-    return positives, negatives, sources

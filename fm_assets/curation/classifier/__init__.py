@@ -1,0 +1,1 @@
+"""The fastText quality classifier: `scoring`, `training`, and the default `recipe`'s data."""

@@ -1,0 +1,1 @@
+"""MinHash LSH near-duplicate detection: `shingles` -> `signatures` -> `index`."""

@@ -1,0 +1,1 @@
+"""PII detection (`addresses`, `numbers`) and redaction with audit records (`redaction`)."""

@@ -1,0 +1,1 @@
+"""Heuristic quality rules: Gopher, C4 and FineWeb scores (`scores`), decisions (`thresholds`)."""
