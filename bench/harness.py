@@ -249,9 +249,9 @@ class RunStart:
 # -- the command line -------------------------------------------------------------------------
 
 
-def parser(description: str, output: Path, quick: str) -> argparse.ArgumentParser:
+def parser(module: str, description: str, output: Path, quick: str) -> argparse.ArgumentParser:
     """The options every benchmark takes: `--quick` (what it shortens) and `--output`."""
-    cli = argparse.ArgumentParser(description=description)
+    cli = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
     cli.add_argument("--quick", action="store_true", help=quick)
     shown = output.relative_to(REPO) if output.is_relative_to(REPO) else output
     cli.add_argument(
@@ -260,20 +260,19 @@ def parser(description: str, output: Path, quick: str) -> argparse.ArgumentParse
     return cli
 
 
-def rerun_command(module: str, argv: Sequence[str] | None = None) -> str:
-    """How this run was started, `python -m MODULE ARGS`, less `--output`: where it wrote is
-    not how it measured."""
-    args = list(sys.argv[1:] if argv is None else argv)
+def rerun_command(cli: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> str:
+    """How this run was started (`python -m bench.NAME ARGS`), less `--output`: where a run
+    wrote is not how it measured."""
     kept: list[str] = []
     skip = False
-    for arg in args:
+    for arg in sys.argv[1:] if argv is None else argv:
         if skip:
             skip = False
         elif arg == "--output":
             skip = True
         elif not arg.startswith("--output="):
             kept.append(arg)
-    return shlex.join(["python", "-m", module, *kept])
+    return " ".join([cli.prog, *(shlex.quote(arg) for arg in kept)])
 
 
 def write_report(path: Path, text: str) -> None:
