@@ -105,6 +105,11 @@ def median_and_range(values: Sequence[float], fmt: str = ".2f") -> str:
     return f"{median(values):{fmt}} ({min(values):{fmt}}–{max(values):{fmt}})"
 
 
+def met(ok: bool) -> str:
+    """A goal's verdict as a report writes it."""
+    return "met" if ok else "**NOT met**"
+
+
 # -- interleaved repeats ----------------------------------------------------------------------
 
 
