@@ -6,6 +6,7 @@ The child is this module run on its own: `python -m bench.loader.shm WHICH HOW`.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import os
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from bench.harness import REPO
@@ -176,6 +178,18 @@ def section(parent: dict[str, Any], shm: dict[str, dict[str, Any]]) -> list[str]
     return lines
 
 
+def main(argv: Sequence[str] | None = None) -> None:
+    """The child `side_by_side` starts, as a command."""
+    cli = argparse.ArgumentParser(
+        prog="python -m bench.loader.shm",
+        description="Section 4's child process: read like a trainer, report /dev/shm as JSON, "
+        "then exit or wait to be SIGKILLed.",
+    )
+    cli.add_argument("which", choices=("ours", "upstream"))
+    cli.add_argument("how", choices=("exit", "kill"))
+    args = cli.parse_args(argv)
+    shm_child(args.which, args.how)
+
+
 if __name__ == "__main__":
-    # The child of `side_by_side`: WHICH is "ours" or "upstream", HOW "exit" or "kill".
-    shm_child(*sys.argv[1:3])
+    main()
