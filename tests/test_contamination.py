@@ -1,21 +1,19 @@
 """fm_assets.contamination: normalisation, eval-set reading, registry rows, matcher and redaction.
 
-The targets of `bench/eval_contamination.py` are asserted here on a seeded sample: eval items
-from ../shared/data/evalsets planted in the shared clean documents (read in place), and every
-clean shared document, which must not match. The matcher is also checked against the plain
-Python reference of `bench/bench_contamination.py` (same rules, sets of word tuples).
+The targets of `python -m bench.contamination_eval` are asserted here on a seeded sample, with
+its own inputs and scoring: eval items from ../shared/data/evalsets planted in the shared clean
+documents (read in place), and every clean shared document, which must not match. The matcher is
+also checked against the plain Python reference of `bench.contamination` (same rules, sets of
+word tuples).
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import json
 import random
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +23,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.contamination import PythonSetMatcher
+from bench.contamination_eval import documents
+from bench.contamination_eval.planting import (
+    HOST_MIN_CHARS,
+    VARIANTS,
+    Planted,
+    build_registries,
+    load_eval_sets,
+    plant,
+    planted_documents,
+)
+from bench.contamination_eval.scoring import FP_LIMIT, score_planted
 from fm_assets.contamination.eval_items import EvalItem, EvalSet, read_eval_set
 from fm_assets.contamination.matcher import (
     DEFAULT_THRESHOLD,
@@ -54,21 +64,6 @@ from fm_assets.contamination.registry import (
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 EVALSETS = SHARED_DATA / "evalsets"
-
-
-def _load_bench(name: str) -> ModuleType:
-    """A bench script as a module (bench/ is not a package)."""
-    if str(REPO / "bench") not in sys.path:
-        sys.path.insert(0, str(REPO / "bench"))  # bench_contamination imports its sibling
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ev = _load_bench("eval_contamination")
 
 
 def _eval_set(items: list[tuple[str, ...] | tuple[tuple[str, ...], ...]]) -> EvalSet:
@@ -207,7 +202,7 @@ def test_read_eval_set_says_which_file_and_field_is_wrong(tmp_path: Path) -> Non
 
 
 def test_read_the_shared_eval_sets() -> None:
-    sets = ev.load_eval_sets()
+    sets = load_eval_sets()
     assert {n: s.count for n, s in sets.items()} == {
         "gsm8k": 1319,
         "humaneval": 164,
@@ -222,12 +217,12 @@ def test_read_the_shared_eval_sets() -> None:
 
 @pytest.fixture(scope="module")
 def eval_sets() -> dict[str, EvalSet]:
-    return ev.load_eval_sets()
+    return load_eval_sets()
 
 
 @pytest.fixture(scope="module")
 def registries(eval_sets: dict[str, EvalSet]) -> list[BenchmarkRegistry]:
-    return ev.build_registries(eval_sets, NGRAM_SIZE)
+    return build_registries(eval_sets, NGRAM_SIZE)
 
 
 @pytest.fixture(scope="module")
@@ -373,7 +368,7 @@ def test_batch_size_does_not_change_results(
     docs = [HOST * rng.randint(1, 3) for _ in range(40)]
     for i in range(0, 40, 3):
         item = rng.choice(eval_sets[rng.choice(sorted(eval_sets))].items)
-        docs[i] = ev.plant(docs[i], item.text, rng)[0]
+        docs[i] = plant(docs[i], item.text, rng)[0]
     big = ContaminationMatcher.from_registries(registries, batch_size=512).match(docs)
     small = ContaminationMatcher.from_registries(registries, batch_size=3).match(docs)
     assert big == small
@@ -403,23 +398,25 @@ def test_matcher_rejects_stale_or_broken_registries(registries: list[BenchmarkRe
 
 @pytest.fixture(scope="module")
 def clean_documents() -> list[object]:
-    return list(ev.clean_documents())
+    return list(documents.clean_documents())
 
 
 @pytest.fixture(scope="module")
-def planted(eval_sets: dict[str, EvalSet], clean_documents: list[ev.Document]) -> list[ev.Planted]:
-    hosts = [d for d in clean_documents if len(d.text) >= ev.HOST_MIN_CHARS]
-    return ev.planted_documents(eval_sets, hosts, per_benchmark=100)
+def planted(
+    eval_sets: dict[str, EvalSet], clean_documents: list[documents.Document]
+) -> list[Planted]:
+    hosts = [d for d in clean_documents if len(d.text) >= HOST_MIN_CHARS]
+    return planted_documents(eval_sets, hosts, per_benchmark=100)
 
 
 def test_targets_on_planted_and_clean_documents(
     matcher: ContaminationMatcher,
-    planted: list[ev.Planted],
-    clean_documents: list[ev.Document],
+    planted: list[Planted],
+    clean_documents: list[documents.Document],
 ) -> None:
     assert matcher.threshold == DEFAULT_THRESHOLD
-    tallies = ev.score_planted(planted, matcher.match([p.text for p in planted]))
-    for variant in ev.VARIANTS:
+    tallies = score_planted(planted, matcher.match([p.text for p in planted]))
+    for variant in VARIANTS:
         for benchmark in variant.benchmarks:
             tally = tallies[(benchmark, variant.name)]
             if variant.target is not None:
@@ -430,17 +427,16 @@ def test_targets_on_planted_and_clean_documents(
     results = matcher.match([d.text for d in clean_documents])
     flagged = [d for d, m in zip(clean_documents, results, strict=True) if m]
     assert len(clean_documents) > 1500
-    assert len(flagged) <= ev.FP_LIMIT * len(clean_documents), [d.name for d in flagged]
+    assert len(flagged) <= FP_LIMIT * len(clean_documents), [d.name for d in flagged]
 
 
 def test_matcher_agrees_with_the_plain_python_reference(
     eval_sets: dict[str, EvalSet],
     matcher: ContaminationMatcher,
-    planted: list[ev.Planted],
-    clean_documents: list[ev.Document],
+    planted: list[Planted],
+    clean_documents: list[documents.Document],
 ) -> None:
-    bench = _load_bench("bench_contamination")
-    reference = bench.PythonSetMatcher(eval_sets, n=NGRAM_SIZE, threshold=DEFAULT_THRESHOLD)
+    reference = PythonSetMatcher(eval_sets, n=NGRAM_SIZE, threshold=DEFAULT_THRESHOLD)
     texts = [p.text for p in planted[::4]] + [d.text for d in clean_documents[:300]]
     ours = [{(m.benchmark, m.item_id, m.rule) for m in ms} for ms in matcher.match(texts)]
     assert ours == reference.match(texts)

@@ -2,7 +2,7 @@
 
 The pages and their hand-made `articleBody` are the article-extraction benchmark's
 (scrapinghub, MIT), read in place from ../shared/data. The score is the one
-`bench/eval_extraction.py` reports as its headline: per page a bag-of-tokens overlap with
+`python -m bench.extraction` reports as its headline: per page a bag-of-tokens overlap with
 whitespace tokenisation; precision and recall averaged over pages (macro), F1 their harmonic
 mean. A page the stage quarantines counts as an empty extraction (precision and recall 0).
 """
@@ -93,5 +93,5 @@ def test_extract_stage_macro_token_f1_on_article_benchmark() -> None:
     assert f1 >= MIN_MACRO_F1, (
         f"macro token F1 {f1:.4f} < {MIN_MACRO_F1} (precision {precision:.4f}, recall "
         f"{recall:.4f}; quarantined: {dict(quarantined) or 'none'}); compare the options in "
-        "`trafilatura_text` with `python bench/eval_extraction.py`"
+        "`trafilatura_text` with `python -m bench.extraction`"
     )

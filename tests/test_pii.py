@@ -2,24 +2,22 @@
 robustness on large and odd input, and the quality targets on the real presidio-synth-v2 file.
 
 Fast: no Ray. The presidio file is read in place from ../shared/data/pii; its scoring is the one
-`bench/eval_pii.py` uses, loaded from that script so the rule is defined once.
+`python -m bench.pii` reports, imported from `bench.pii` so the rule is defined once.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import itertools
 import random
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bench.pii import load_documents, score
 from fm_assets.curation.pii.redaction import (
     CREDIT_CARD,
     EMAIL,
@@ -33,7 +31,6 @@ from fm_assets.curation.pii.redaction import (
     redact_batch,
 )
 
-REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 PRESIDIO_FILE = SHARED_DATA / "pii" / "presidio-synth-v2.json"
 
@@ -357,21 +354,10 @@ def test_a_5_mb_single_line_completes(name: str) -> None:
 # --- quality on the real presidio-synth-v2 file --------------------------------------------------
 
 
-def _load_eval_script() -> ModuleType:
-    # bench/ is not a package; load the script so the scoring rule lives in one place.
-    spec = importlib.util.spec_from_file_location("eval_pii", REPO / "bench" / "eval_pii.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["eval_pii"] = module  # dataclasses look their module up while being created
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_presidio_synth_recall_and_precision_targets() -> None:
-    eval_pii = _load_eval_script()
-    documents = eval_pii.load_documents(PRESIDIO_FILE)
+    documents = load_documents(PRESIDIO_FILE)
     assert len(documents) == 1_500
-    scores = eval_pii.score(documents, [find_pii(d.text) for d in documents])
+    scores = score(documents, [find_pii(d.text) for d in documents])
     targets = {EMAIL: (0.95, 0.9), IP_ADDRESS: (0.95, 0.9), CREDIT_CARD: (0.95, 0.9)}
     targets[PHONE] = (0.85, 0.9)
     for kind, (min_recall, min_precision) in targets.items():

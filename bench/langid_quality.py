@@ -14,41 +14,35 @@ The corpus is timed as one batch repeated `--repeats` times so a run lasts a few
 The machine is shared: wall and CPU seconds are both reported, and the load average at start
 and end; a CPU/wall ratio well below 1 means other tenants took the core.
 
-    .venv/bin/python bench/bench_langid_quality.py
-    .venv/bin/python bench/bench_langid_quality.py --output /tmp/langid_quality.md
+    python -m bench.langid_quality
+    python -m bench.langid_quality --quick --output /tmp/langid_quality.md   # one corpus copy
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
-import datetime as dt
-import importlib.metadata
 import json
-import os
-import platform
 import re
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import TypeVar
+from collections.abc import Sequence
 
+from bench.harness import (
+    ARTICLE_TRUTH,
+    RESULTS,
+    WARC_FILES,
+    RunStart,
+    parser,
+    rerun_command,
+    timed,
+    write_report,
+)
 from fm_assets.curation.langid import DEFAULT_MAX_CHARS, LanguagePolicy, identify_languages
 from fm_assets.curation.quality.scores import RULES_VERSION, score_text, score_texts
 from fm_assets.curation.quality.thresholds import QualityThresholds, decide_batch
 from fm_assets.stages.decoding import decode_bytes
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
-GROUND_TRUTH = SHARED_DATA / "extraction" / "article-extraction-benchmark" / "ground-truth.json"
-WARC_FILES = sorted((SHARED_DATA / "warc").glob("*.warc.gz"))
-DEFAULT_OUTPUT = REPO / "bench" / "results" / "langid_quality.md"
-
-T = TypeVar("T")
-
 
 def article_texts() -> list[str]:
-    articles = json.loads(GROUND_TRUTH.read_text(encoding="utf-8"))
+    articles = json.loads(ARTICLE_TRUTH.read_text(encoding="utf-8"))
     return [article["articleBody"] for article in articles.values()]
 
 
@@ -75,13 +69,6 @@ def warc_texts() -> list[str]:
     return texts
 
 
-def timed(function: Callable[[], T]) -> tuple[T, float, float]:
-    """(result, wall seconds, CPU seconds of this process)."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = function()
-    return result, time.perf_counter() - wall, time.process_time() - cpu
-
-
 def rate_row(name: str, docs: int, chars: int, wall: float, cpu: float) -> str:
     return (
         f"| {name} | {docs:,} | {chars / 1e6:.1f} | {wall:.2f} | {cpu:.2f} | "
@@ -89,17 +76,21 @@ def rate_row(name: str, docs: int, chars: int, wall: float, cpu: float) -> str:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    parser.add_argument("--repeats", type=int, default=5, help="corpus repeats per timed call")
-    args = parser.parse_args()
+def main(argv: Sequence[str] | None = None) -> None:
+    cli = parser(
+        "bench.langid_quality",
+        __doc__.splitlines()[0],
+        RESULTS / "langid_quality.md",
+        "the corpus once per timed call, not five times",
+    )
+    cli.add_argument("--repeats", type=int, help="corpus repeats per timed call (default 5)")
+    args = cli.parse_args(argv)
+    repeats = args.repeats or (1 if args.quick else 5)
+    run_start = RunStart.now(rerun_command(cli, argv))
 
-    started = dt.datetime.now(dt.UTC)
-    load_before = os.getloadavg()
     articles, pages = article_texts(), warc_texts()
     corpus = articles + pages
-    batch = corpus * args.repeats
+    batch = corpus * repeats
     docs, chars = len(batch), sum(map(len, batch))
     longest = max(map(len, corpus))
 
@@ -117,7 +108,7 @@ def main() -> None:
     huge_times = {
         name: timed(lambda text=text: score_text(text))[1:] for name, text in huge.items()
     }
-    load_after = os.getloadavg()
+    stamp = run_start.finish(("fasttext", "numpy", "pyarrow"))
 
     one_run = len(corpus)
     lang_counts = collections.Counter(lang for lang, _ in languages[:one_run])
@@ -130,23 +121,17 @@ def main() -> None:
         QualityThresholds(rule_sets=frozenset({"gopher_v1"})),
     )
 
-    def versions(*names: str) -> str:
-        return ", ".join(f"{name} {importlib.metadata.version(name)}" for name in names)
-
     lines = [
         "# Language ID and heuristic quality scores",
         "",
-        f"Run {started:%Y-%m-%d %H:%M} UTC by `bench/bench_langid_quality.py`, one run. "
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}, {versions('fasttext', 'numpy', 'pyarrow')}. "
-        f"Load average (1 min) {load_before[0]:.2f} at start, {load_after[0]:.2f} at end: "
-        "the machine is shared, so wall time varies; CPU seconds are this process's own.",
+        f"{stamp.header()} {stamp.machine_line()} The machine is shared, so wall time varies; "
+        "CPU seconds are this process's own.",
         "",
         f"Corpus: {len(articles)} article bodies (article-extraction benchmark ground truth) and "
         f"{len(pages)} extracted WARC pages ({len(WARC_FILES)} shared WARCs), "
         f"{sum(map(len, corpus)) / 1e6:.2f} M characters, mean "
         f"{sum(map(len, corpus)) / len(corpus):,.0f} characters per document; "
-        f"each call below processes it {args.repeats} times as one batch, in one process "
+        f"each call below processes it {repeats} times as one batch, in one process "
         "(one core).",
         "",
         "| call | docs | M chars | wall s | CPU s | docs/s (wall) | docs/s (CPU) | MB/s (wall) |",
@@ -196,9 +181,7 @@ def main() -> None:
         "should under a default English recipe; choose rule sets per dataset language.",
         "",
     ]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines), encoding="utf-8")
-    print("\n".join(lines))
+    write_report(args.output, "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -14,20 +14,26 @@ One run, every figure from that run, written to `bench/results/quality_classifie
 The model files go to a temporary directory (or `--model-dir`); nothing is trained on the holdout
 and no setting was chosen by looking at it.
 
-    .venv/bin/python bench/train_quality_classifier.py
+    python -m bench.quality_classifier
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import os
-import platform
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+from bench.harness import (
+    RESULTS,
+    SHARED_DATA,
+    WARC_FILES,
+    RunStart,
+    parser,
+    rerun_command,
+    write_report,
+)
 from fm_assets.curation.classifier.recipe import (
     boilerplate_lines,
     default_training_data,
@@ -35,10 +41,6 @@ from fm_assets.curation.classifier.recipe import (
 )
 from fm_assets.curation.classifier.scoring import QualityClassifier, load_classifier, score_texts
 from fm_assets.curation.classifier.training import TrainingDocument, in_holdout, train_classifier
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
-DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "quality_classifier.md"
 
 
 def roc_auc(positive: list[float], negative: list[float]) -> float:
@@ -58,7 +60,7 @@ def warc_pages() -> list[tuple[str, str, list[str]]]:
     from warcio.archiveiterator import ArchiveIterator
 
     pages = []
-    for path in sorted((SHARED_DATA / "warc").glob("*.warc.gz")):
+    for path in WARC_FILES:
         with path.open("rb") as stream:
             for record in ArchiveIterator(stream):
                 headers = record.http_headers
@@ -75,12 +77,16 @@ def warc_pages() -> list[tuple[str, str, list[str]]]:
     return pages
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    parser.add_argument("--model-dir", type=Path, default=None)
-    args = parser.parse_args()
-    load_start = os.getloadavg()[0]
+def main(argv: Sequence[str] | None = None) -> None:
+    cli = parser(
+        "bench.quality_classifier",
+        __doc__.split("\n\n")[0],
+        RESULTS / "quality_classifier.md",
+        "the same run: one training has no smaller version",
+    )
+    cli.add_argument("--model-dir", type=Path, default=None)
+    args = cli.parse_args(argv)
+    run_start = RunStart.now(rerun_command(cli, argv))
 
     with tempfile.TemporaryDirectory(prefix="fm-quality-") as tmp:
         model_dir = args.model_dir or Path(tmp)
@@ -117,13 +123,11 @@ def main() -> None:
         bp_pages = [(url, "\n".join(lines)) for url, _, lines in pages if lines]
         bp_scores = score_texts(classifier, [text for _, text in bp_pages])
 
+    stamp = run_start.finish()
     lines = [
         "# Quality classifier: default recipe",
         "",
-        f"Run {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
-        f"({os.cpu_count()} CPUs, load {load_start:.2f} → {os.getloadavg()[0]:.2f}), "
-        f"Python {platform.python_version()}, fastText {r.fasttext_version}. "
-        "Produced by `.venv/bin/python bench/train_quality_classifier.py`.",
+        f"{stamp.header()} {stamp.machine_line()} fastText {r.fasttext_version}.",
         "",
         f"- recipe `{r.recipe_version}`",
         f"- model `{r.model_sha256}.bin` ({model_mb:.1f} MB)",
@@ -197,12 +201,11 @@ def main() -> None:
         f"{score_mb / score_seconds:.1f} MB/s",
         "",
     ]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines), encoding="utf-8")
+    write_report(args.output, "\n".join(lines))
     print(f"model sha256 {r.model_sha256}")
     print(
         f"holdout accuracy {r.holdout_accuracy:.3f} precision {r.holdout_precision:.3f} "
-        f"recall {r.holdout_recall:.3f}; wrote {args.output}"
+        f"recall {r.holdout_recall:.3f}"
     )
 
 

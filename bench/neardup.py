@@ -8,8 +8,8 @@ fresh `NearDupIndex.from_rows` of those rows (so answers never dedup against eac
 every (answer, its source) pair it reports the exact 5-gram shingle Jaccard, the containment of
 the answer in the source, and whether the LSH + exact-Jaccard confirmation flagged it.
 
-    .venv/bin/python bench/eval_neardup.py
-    .venv/bin/python bench/eval_neardup.py --output /tmp/neardup.md
+    python -m bench.neardup
+    python -m bench.neardup --output /tmp/neardup.md
 
 Two truths are scored. The detector's contract is "exact Jaccard ≥ threshold": against it,
 precision is 1 by construction (every flag is confirmed by exact Jaccard), and recall measures
@@ -21,16 +21,21 @@ asserts the targets: every `cut` pair with J ≥ 0.8 flagged, no `non` pair flag
 
 from __future__ import annotations
 
-import argparse
 import csv
-import datetime as dt
-import os
-import platform
 import statistics
-import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.harness import (
+    CLOUGH_STEVENSON,
+    RESULTS,
+    RunStart,
+    Stamp,
+    parser,
+    rerun_command,
+    write_report,
+)
 from fm_assets.curation.minhash.index import NearDupIndex
 from fm_assets.curation.minhash.shingles import shingle_sets
 from fm_assets.curation.minhash.signatures import (
@@ -40,9 +45,6 @@ from fm_assets.curation.minhash.signatures import (
     jaccard,
 )
 
-REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "data" / "neardup" / "clough-stevenson"
-DEFAULT_OUTPUT = REPO / "bench" / "results" / "neardup.md"
 CATEGORIES = ("cut", "light", "heavy", "non")
 
 
@@ -67,7 +69,7 @@ def read_text(path: Path) -> tuple[str, bool]:
         return data.decode("cp1252", errors="replace"), True
 
 
-def evaluate(config: MinHashConfig, corpus: Path = CORPUS) -> tuple[list[Pair], int]:
+def evaluate(config: MinHashConfig, corpus: Path = CLOUGH_STEVENSON) -> tuple[list[Pair], int]:
     """Every (answer, its source) pair scored, and how many files needed the cp1252 fallback."""
     with (corpus / "file_information.csv").open(newline="") as f:
         labels = [row for row in csv.DictReader(f) if row["Category"] in CATEGORIES]
@@ -113,14 +115,12 @@ def _ratio(num: int, den: int) -> str:
     return f"{num / den:.2f} ({num}/{den})" if den else "n/a (0/0)"
 
 
-def report(pairs: list[Pair], fallbacks: int, config: MinHashConfig, seconds: float) -> str:
+def report(stamp: Stamp, pairs: list[Pair], fallbacks: int, config: MinHashConfig) -> str:
     t = config.threshold
     lines = [
         "# Near-duplicate detection: Clough & Stevenson",
         "",
-        f"Written by `.venv/bin/python bench/eval_neardup.py` on "
-        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC ({platform.node()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}); the whole evaluation took {seconds:.1f} s.",
+        f"{stamp.header()} {stamp.machine_line()}",
         "",
         f"Detector `{MINHASH_VERSION}`: {config.ngram}-word shingles, {config.bands} bands × "
         f"{config.rows} rows = {config.num_perm} permutations (seed {config.seed}), LSH "
@@ -217,17 +217,18 @@ def report(pairs: list[Pair], fallbacks: int, config: MinHashConfig, seconds: fl
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    args = parser.parse_args()
+def main(argv: Sequence[str] | None = None) -> None:
+    cli = parser(
+        "bench.neardup",
+        __doc__.splitlines()[0],
+        RESULTS / "neardup.md",
+        "the same run: the evaluation takes seconds",
+    )
+    args = cli.parse_args(argv)
+    run_start = RunStart.now(rerun_command(cli, argv))
     config = MinHashConfig()
-    start = time.perf_counter()
     pairs, fallbacks = evaluate(config)
-    text = report(pairs, fallbacks, config, time.perf_counter() - start)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    print(text)
+    write_report(args.output, report(run_start.finish(("numpy",)), pairs, fallbacks, config))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,135 @@
+"""One spine benchmark run: every measurement once, in order, on one Ray, in a scratch folder."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.fm_home import fresh_home, land
+from bench.harness import NEOX_TOKENIZER, WARC_FILES, log, tree_timed
+from bench.spine.shards import ShardRun, pack_version, shard_runs
+from bench.spine.stages import (
+    STAGES,
+    StageTiming,
+    describe_run,
+    run_pipeline,
+    warc_pages,
+    write_big_jsonl,
+)
+from bench.spine.tokenize_ab import TokenizePair, tokenize_pair, worker_niceness
+from bench.spine.tokenize_profile import profile_tokenize
+from fm_assets.execution.compute import ensure_ray
+from fm_assets.registries.tokenizers import default_tokenizer
+from fm_assets.versions.dataset_version import create_version
+
+RAY_CPUS = 2
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Input sizes and repeat counts of one benchmark run."""
+
+    mode: str
+    warc_repeats: int  # timed WARC pipelines, each in a fresh FM_HOME, after one cold run
+    big_docs: int  # documents per generated JSONL batch
+    repeats: int  # generated batches = tokenize A/B pairs = shard-build repeats
+    tofile_inner: int  # tofile calls per repeat (one call takes only milliseconds)
+    profile_docs: int  # documents of the last batch the tokenize profile runs on
+
+
+FULL = BenchConfig(
+    "full", warc_repeats=3, big_docs=5_000, repeats=5, tofile_inner=5, profile_docs=2_000
+)
+QUICK = BenchConfig(
+    "quick", warc_repeats=1, big_docs=1_500, repeats=2, tofile_inner=3, profile_docs=1_000
+)
+
+
+@dataclass
+class Results:
+    """Everything the report is built from."""
+
+    config: BenchConfig
+    ray_start_s: float = 0.0
+    worker_niceness: int = 0
+    idle_cores: float = 0.0  # CPU the idle Ray daemons (and this process) use, in cores
+    streaming_import_s: float = 0.0
+    version_s: float = 0.0
+    warc_decompressed_bytes: int = 0
+    warc_cold: list[StageTiming] = field(default_factory=list)
+    warc_runs: list[list[StageTiming]] = field(default_factory=list)
+    big_file_bytes: int = 0
+    big_runs: list[list[StageTiming]] = field(default_factory=list)
+    pairs: list[TokenizePair] = field(default_factory=list)
+    profile: dict[str, float] = field(default_factory=dict)
+    shard_runs: list[ShardRun] = field(default_factory=list)
+    shard_samples: int = 0
+    shard_tokens: int = 0
+
+
+def run(config: BenchConfig, scratch: Path) -> Results:
+    """Run every measurement once, in order, on one Ray; each FM_HOME is a folder of `scratch`."""
+    from tokenizers import Tokenizer
+
+    results = Results(config=config)
+    results.warc_decompressed_bytes = sum(len(gzip.decompress(p.read_bytes())) for p in WARC_FILES)
+
+    cold = fresh_home(scratch / "home-warc-cold", RAY_CPUS)
+    started = time.perf_counter()
+    ensure_ray(cold)
+    results.ray_start_s = time.perf_counter() - started
+    log(f"Ray started in {results.ray_start_s:.1f}s")
+    results.worker_niceness = worker_niceness()
+    _, idle_s, idle_cpu = tree_timed(lambda: time.sleep(3))
+    results.idle_cores = idle_cpu / idle_s
+
+    # The first run on a fresh Ray also starts the worker processes and their imports.
+    cold_batch = land(cold, WARC_FILES, "bench")
+    results.warc_cold = run_pipeline(cold, cold_batch, STAGES)
+    describe_run("WARC cold run", results.warc_cold)
+    pages = warc_pages(cold, cold_batch)
+    for repeat in range(config.warc_repeats):
+        # The same files land as the same batch id: a fresh home per repeat makes the work real.
+        settings = fresh_home(scratch / f"home-warc-{repeat}", RAY_CPUS)
+        results.warc_runs.append(
+            run_pipeline(settings, land(settings, WARC_FILES, "bench"), STAGES)
+        )
+        describe_run(f"WARC repeat {repeat + 1}", results.warc_runs[-1])
+
+    big = fresh_home(scratch / "home-big", RAY_CPUS)
+    info = default_tokenizer(big)
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"  # this process only; Ray workers get "false"
+    tokenizer = Tokenizer.from_file(str(NEOX_TOKENIZER))
+    big_batches: list[str] = []
+    for repeat in range(config.repeats):
+        path = write_big_jsonl(pages, config.big_docs, repeat, scratch / f"docs-{repeat}.jsonl")
+        results.big_file_bytes = path.stat().st_size
+        batch = land(big, [path], "bench")
+        big_batches.append(batch)
+        timings = run_pipeline(big, batch, STAGES[:-1])
+        stage, pair = tokenize_pair(big, batch, tokenizer)
+        results.big_runs.append([*timings, stage])
+        results.pairs.append(pair)
+        describe_run(f"JSONL repeat {repeat + 1}", results.big_runs[-1])
+        log(f"  A tokenize stage {pair.stage_s:.2f}s, B raw encode_batch {pair.raw_s:.2f}s")
+
+    log("profiling the tokenize stage")
+    results.profile = profile_tokenize(big, big_batches[-1], config.profile_docs)
+
+    started = time.perf_counter()
+    import streaming  # noqa: F401  (write_shard_set imports it: keep its cost out of timings)
+
+    results.streaming_import_s = time.perf_counter() - started
+    started = time.perf_counter()
+    create_version(big, "bench@v1", [big_batches[0]], run_id=None)
+    results.version_s = time.perf_counter() - started
+    packed = pack_version(big, "bench@v1", tokenizer)
+    results.shard_samples = len(packed.sequences)
+    results.shard_tokens = sum(ids.size for _, ids in packed.sequences)
+    results.shard_runs = shard_runs(
+        big, big_batches[0], info, packed, scratch, config.repeats, config.tofile_inner
+    )
+    return results
