@@ -41,6 +41,7 @@ class Settings:
     s3_endpoint: str | None  # for S3-compatible stores (SeaweedFS, MinIO) in tests and on-prem
     extract_timeout_s: float  # per-document extraction budget
     max_document_bytes: int  # larger raw records are quarantined, not processed
+    part_bytes: int = 64 << 20  # landed files over twice this are read in parts of about this
     policy_file: Path | None = None  # per-dataset curation policies (fm_assets.curation.policy)
 
     @property
@@ -68,5 +69,6 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         s3_endpoint=catalog.s3_endpoint,
         extract_timeout_s=float(env.get("FM_EXTRACT_TIMEOUT_S", "10")),
         max_document_bytes=int(env.get("FM_MAX_DOCUMENT_BYTES", str(8 * 1024 * 1024))),
+        part_bytes=int(env.get("FM_PART_BYTES", str(64 << 20))),
         policy_file=Path(env["FM_POLICY_FILE"]).expanduser() if env.get("FM_POLICY_FILE") else None,
     )

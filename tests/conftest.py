@@ -38,13 +38,43 @@ def fm_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def ray_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One local Ray for the whole session: starting Ray costs 10-25 s."""
+def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One local Ray head for the whole session (starting Ray costs 10-25 s), exported as
+    RAY_ADDRESS so every test and every `fm` subprocess connects to it; stopped by its pid."""
+    from fm_assets.execution.local_ray import start_local_ray, stop_local_ray
+
+    settings = load_settings(
+        {"FM_HOME": str(tmp_path_factory.mktemp("ray-home")), "FM_RAY_NUM_CPUS": "2"}
+    )
+    address = start_local_ray(settings)
+    previous = os.environ.get("RAY_ADDRESS")
+    os.environ["RAY_ADDRESS"] = address
+    yield address
+    if previous is None:
+        os.environ.pop("RAY_ADDRESS", None)
+    else:
+        os.environ["RAY_ADDRESS"] = previous
+    stop_local_ray(settings)
+
+
+@pytest.fixture(scope="session")
+def ray_session(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """This test process connected to the session's Ray."""
     import ray
 
     from fm_assets.execution.compute import ensure_ray
 
-    home = tmp_path_factory.mktemp("ray-home")
-    ensure_ray(load_settings({"FM_HOME": str(home), "FM_RAY_NUM_CPUS": "2"}))
+    home = tmp_path_factory.mktemp("ray-driver")
+    ensure_ray(load_settings({"FM_HOME": str(home), "RAY_ADDRESS": ray_address}))
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_local_ray_left_running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A test that ran a stage without the session's Ray started its FM_HOME's own: stop it."""
+    yield
+    from fm_assets.execution.local_ray import stop_local_ray
+
+    for state in Path(tmp_path_factory.getbasetemp()).rglob("ray/head.json"):
+        stop_local_ray(load_settings({"FM_HOME": str(state.parent.parent)}))

@@ -21,7 +21,7 @@ import pytest
 from fm_assets.commands import operations
 from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
-from fm_assets.storage import catalog
+from fm_assets.storage import bookkeeping, catalog
 from fm_assets.storage.landing import BatchManifest
 from tests.conftest import NEOX_TOKENIZER, WARC_DIR
 from tests.s3_server import S3Server, seaweedfs_s3
@@ -183,14 +183,14 @@ def test_nothing_is_written_to_local_object_or_warehouse_dirs(platform: S3Platfo
     assert not (home / "objects").exists()
     assert not (home / "warehouse").exists()
     tables = platform.keys(WAREHOUSE)
-    for table in ("raw_documents", "tokenized_documents", "shard_sets", "check_results"):
+    for table in ("raw_documents", "tokenized_documents", "shard_sets", "dataset_versions"):
         files = [k for k in tables if k.startswith(f"{WAREHOUSE}/fm/{table}/")]
         assert any(k.endswith(".metadata.json") for k in files), table
         assert any(k.endswith(".parquet") for k in files), table
 
 
 def test_every_check_passed(platform: S3Platform) -> None:
-    rows = catalog.read_table(platform.settings, "check_results").to_pylist()
+    rows = bookkeeping.check_results(platform.settings)
     for row in rows:
         assert row["passed"], f"{row['asset']}.{row['check_name']}: {row['description']}"
     by_asset: dict[str, set[str]] = {}

@@ -21,7 +21,7 @@ from fm_assets.commands import operations
 from fm_assets.execution import pipeline
 from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
-from fm_assets.storage import catalog
+from fm_assets.storage import bookkeeping, catalog
 from fm_assets.storage.landing import BatchManifest
 from tests.conftest import LLAMA_TOKENIZER, NEOX_TOKENIZER, WARC_DIR
 
@@ -65,7 +65,7 @@ def spine(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 def test_every_check_ran_and_passed(spine: Spine) -> None:
-    results = catalog.read_table(spine.settings, "check_results").to_pylist()
+    results = bookkeeping.check_results(spine.settings)
     by_asset: dict[str, set[str]] = {}
     for row in results:
         assert row["passed"], f"{row['asset']}.{row['check_name']}: {row['description']}"
@@ -152,10 +152,10 @@ def test_rerun_with_same_inputs_does_no_work(spine: Spine) -> None:
     from dagster import AssetKey, DagsterInstance
 
     s = spine.settings
-    runs_before = catalog.read_table(s, "stage_runs").num_rows
+    runs_before = len(bookkeeping.stage_runs(s))
     snapshots_before = {t: catalog.current_snapshot_id(s, t) for t in pipeline.STAGE_NAMES}
     operations.run_batch(s, spine.batch.batch_id, lambda message: None)
-    assert catalog.read_table(s, "stage_runs").num_rows == runs_before
+    assert len(bookkeeping.stage_runs(s)) == runs_before
     assert {t: catalog.current_snapshot_id(s, t) for t in pipeline.STAGE_NAMES} == snapshots_before
     instance = DagsterInstance.get()
     for stage in pipeline.STAGE_NAMES:

@@ -7,14 +7,14 @@ from typing import Any
 from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
-from fm_assets.storage.bookkeeping import latest_check_results
+from fm_assets.storage.bookkeeping import latest_check_results, stage_runs
 from fm_assets.storage.landing import list_batches
 from fm_assets.storage.objectstore import open_object_store
 
 
 def render_status(settings: Settings) -> str:
     lines = [f"FM_HOME {settings.home}", "", "landing batches:"]
-    runs = catalog.read_table(settings, "stage_runs").to_pylist()
+    runs = stage_runs(settings)
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     for run in runs:
         key = (str(run["batch_id"]), str(run["stage"]))

@@ -1,24 +1,28 @@
-"""Ray: connecting (a cluster when RAY_ADDRESS is set, else one local Ray per process), and
-running a stage over chunks of rows on Ray workers."""
+"""Ray: connecting (the cluster at RAY_ADDRESS, else this FM_HOME's local Ray, started on first
+use and kept alive), and running tasks with a bounded number in flight."""
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
 
+from fm_assets.execution.local_ray import start_local_ray
 from fm_assets.settings import Settings
 from fm_assets.stages.base import Stage, StageResult
 
 Progress = Callable[[str], None]
 MAX_ROWS_PER_CHUNK = 2_000
 CHUNKS_PER_CPU = 6
+TASKS_IN_FLIGHT_PER_CPU = 2  # backpressure: enough to keep every CPU busy, no more
 
 
 def ensure_ray(settings: Settings) -> None:
-    """Initialise Ray once per process (a no-op when already connected)."""
+    """Connect to Ray once per process (a no-op when already connected)."""
     import ray
 
     if ray.is_initialized():
@@ -29,22 +33,13 @@ def ensure_ray(settings: Settings) -> None:
     worker_env = {"TOKENIZERS_PARALLELISM": "false", "RAY_AUTH_MODE": os.environ["RAY_AUTH_MODE"]}
     # Workers read landed files and registry copies from the object store themselves.
     worker_env |= {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
-    kwargs: dict[str, Any] = {
-        "runtime_env": {"env_vars": worker_env},
-        "logging_level": "WARNING",
-        "log_to_driver": False,
-    }
-    if settings.ray_address:
-        ray.init(address=settings.ray_address, **kwargs)
-    else:
-        # Local Ray runs workers at niceness 15, behind the driver; on a shared laptop that
-        # costs the stages CPU for nothing. A cluster keeps its own policy.
-        ray.init(
-            num_cpus=settings.ray_num_cpus,
-            include_dashboard=False,
-            _system_config={"worker_niceness": 0},
-            **kwargs,
-        )
+    address = settings.ray_address or start_local_ray(settings)
+    ray.init(
+        address=address,
+        runtime_env={"env_vars": worker_env},
+        logging_level=logging.WARNING,
+        log_to_driver=False,
+    )
 
 
 def ray_cpus() -> int:
@@ -53,24 +48,64 @@ def ray_cpus() -> int:
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
-def _result(ref: Any) -> StageResult:
+def get(ref: Any) -> Any:
     """A task's result; a task that raised re-raises its own exception here, not Ray's wrapper,
     so the stage's message (which says what to do) is what the user sees."""
     import ray
 
     try:
-        result: StageResult = ray.get(ref)
+        return ray.get(ref)
     except ray.exceptions.RayTaskError as exc:
         if isinstance(exc.cause, Exception):
             raise exc.cause from exc
         raise
-    return result
 
 
-def split_rows(table: pa.Table, cpus: int, *, one_per_row: bool = False) -> list[pa.Table]:
-    """Cut `table` into chunks for Ray tasks: several per CPU, or one per row (landed files)."""
-    if one_per_row:
-        return [table.slice(i, 1) for i in range(table.num_rows)]
+def run_tasks(
+    submit: Callable[[int], Any],
+    count: int,
+    *,
+    on_done: Callable[[int, Any], None] | None = None,
+    max_in_flight: int | None = None,
+    progress: Progress = lambda message: None,
+    label: str = "tasks",
+) -> list[Any]:
+    """Run `submit(i)` (which returns a Ray ObjectRef) for i in range(count), at most
+    `max_in_flight` at a time, and return their results in order of i.
+
+    `on_done(i, result)` sees each result as it arrives (counts, ETA). Holding back submissions is
+    the backpressure: Ray never holds more pending inputs and outputs than the cluster can use.
+    """
+    import ray
+
+    limit = max_in_flight or TASKS_IN_FLIGHT_PER_CPU * ray_cpus()
+    results: list[Any] = [None] * count
+    pending: dict[Any, int] = {}
+    submitted = finished = 0
+    started = time.monotonic()
+    last_report = 0.0
+    while finished < count:
+        while submitted < count and len(pending) < limit:
+            pending[submit(submitted)] = submitted
+            submitted += 1
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        for ref in ready:
+            index = pending.pop(ref)
+            results[index] = get(ref)
+            finished += 1
+            if on_done is not None:
+                on_done(index, results[index])
+        now = time.monotonic()
+        if now - last_report >= 2.0 or finished == count:
+            last_report = now
+            elapsed = now - started
+            eta = elapsed / finished * (count - finished)
+            progress(f"{label}: {finished}/{count} done, {elapsed:.0f}s elapsed, ETA {eta:.0f}s")
+    return results
+
+
+def split_rows(table: pa.Table, cpus: int) -> list[pa.Table]:
+    """Cut `table` into chunks for Ray tasks, several per CPU."""
     if table.num_rows == 0:
         return []
     # Several chunks per CPU: one slow chunk then holds up the stage less at the end.
@@ -78,23 +113,21 @@ def split_rows(table: pa.Table, cpus: int, *, one_per_row: bool = False) -> list
     return [table.slice(i, size) for i in range(0, table.num_rows, size)]
 
 
-def process_on_ray(stage: Stage, chunks: list[pa.Table], progress: Progress) -> StageResult:
-    """`stage.process` over every chunk on Ray workers; the results concatenated in chunk order."""
+def process_on_ray(stage: Stage, chunks: Sequence[pa.Table], progress: Progress) -> StageResult:
+    """`stage.process` over every chunk on Ray workers; the results concatenated in chunk order.
+
+    The results come back to the caller: for work whose output is small or needed whole (shard
+    builds re-tokenizing a version). Curation stages run through the runner, which never
+    gathers rows.
+    """
     import ray
 
-    @ray.remote(num_cpus=1, max_retries=2)
-    def process(stage: Stage, chunk: pa.Table) -> StageResult:
-        return stage.process(chunk)
+    process = ray.remote(num_cpus=1, max_retries=2)(_process)
+    results = run_tasks(
+        lambda i: process.remote(stage, chunks[i]), len(chunks), progress=progress, label=stage.name
+    )
+    return StageResult.concat(results, stage.output_schema)
 
-    pending = [process.remote(stage, chunk) for chunk in chunks]
-    order = {ref: i for i, ref in enumerate(pending)}
-    done: dict[int, StageResult] = {}
-    remaining = list(pending)
-    while remaining:
-        ready, remaining = ray.wait(remaining, num_returns=1)
-        for ref in ready:
-            done[order[ref]] = _result(ref)
-        progress(f"{stage.name}: {len(done)}/{len(pending)} chunks")
-    # Keep input order: "first occurrence wins" in dedup must not depend on task timing.
-    schema = stage.work_schema or stage.output_schema
-    return StageResult.concat((done[i] for i in range(len(pending))), schema)
+
+def _process(stage: Stage, chunk: pa.Table) -> StageResult:
+    return stage.process(chunk)

@@ -1,31 +1,38 @@
 """Run one curation stage for one landing batch on Ray, and commit its output to Iceberg.
 
-Each run is keyed by content: (upstream stage key, stage name, code version, config hash).
-When the latest committed run of the stage for the batch has the same key, nothing runs.
-Otherwise the stage runs on Ray workers over chunks of the batch, and the quarantine rows, the
-output partition and a `stage_runs` row are committed, in that order: a crash before the last
-commit leaves no matching run, so the next attempt redoes and replaces the partitions.
+Each run is keyed by content: (upstream stage key, stage name, code version, config hash). When
+the latest committed run of the stage for the batch has the same key, nothing runs. Otherwise
+Ray workers read their own slices of the input and write their own data files; the driver then
+commits, one transaction per table, the quarantine rows, the side tables and the output partition,
+and records the run, in that order: a crash before the last step leaves no matching run, so the
+next attempt redoes the stage and replaces the partitions.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import hashlib
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
-import pyarrow as pa
+from pyiceberg.manifest import DataFile
 
 from fm_assets.curation.policy import load_policy
 from fm_assets.execution import pipeline
-from fm_assets.execution.compute import Progress, ensure_ray, process_on_ray, ray_cpus, split_rows
+from fm_assets.execution.compute import Progress, ensure_ray, ray_cpus, run_tasks
+from fm_assets.execution.exact_dedup import run_raw
+from fm_assets.execution.near_dedup import run_near_dedup
+from fm_assets.execution.planning import table_slices
+from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, process_files
 from fm_assets.settings import Settings
-from fm_assets.stages.base import CombineContext, Stage, StageResult
-from fm_assets.stages.raw import LANDED_FILES
+from fm_assets.stages.base import Stage
+from fm_assets.stages.neardup import NearDupStage
+from fm_assets.stages.raw import RawStage
 from fm_assets.storage import catalog
 from fm_assets.storage.bookkeeping import latest_stage_run, record_stage_run
+from fm_assets.storage.data_files import commit_files, plan_files, table_handle
 from fm_assets.storage.landing import BatchManifest, published_log, read_manifest
 from fm_assets.storage.objectstore import open_object_store
 
@@ -47,6 +54,8 @@ class StageRunReport:
     output_snapshot_id: int
     seconds: float
     quarantine_rules: dict[str, int] = field(default_factory=dict)
+    slices: int = 0  # Ray tasks the input was cut into
+    bytes_in: int = 0  # input bytes read (landed files, or the upstream data files)
 
 
 def _digest(*parts: str) -> str:
@@ -61,21 +70,38 @@ def earlier_batches(settings: Settings, batch_id: str) -> list[str]:
     return order[: order.index(batch_id)]
 
 
-def landed_files_table(settings: Settings, manifest: BatchManifest) -> pa.Table:
-    store = open_object_store(settings)
-    rows = [
-        {
-            "batch_id": manifest.batch_id,
-            "file_name": f.name,
-            "file_sha256": f.sha256,
-            "file_uri": store.uri(f.key),
-            "source": manifest.source,
-            "license": manifest.license,
-            "namespace": manifest.namespace,
-        }
-        for f in manifest.files
-    ]
-    return pa.Table.from_pylist(rows, schema=LANDED_FILES)
+@dataclass(frozen=True)
+class _Plan:
+    """A stage run's identity: what it reads and its content key."""
+
+    stage: Stage
+    manifest: BatchManifest
+    upstream: str | None
+    stage_key: str
+    input_snapshot_id: int | None
+    upstream_kept: int | None  # records the upstream stage kept: what this stage must account for
+    earlier: list[str]
+
+
+def _plan(settings: Settings, stage_name: str, batch_id: str) -> _Plan:
+    manifest = read_manifest(open_object_store(settings), batch_id)
+    stage = pipeline.entry(stage_name).build(settings, load_policy(settings, manifest.source))
+    upstream = pipeline.upstream_of(stage_name)
+    if upstream is None:
+        earlier = earlier_batches(settings, batch_id)
+        upstream_key, snapshot, kept = _digest("landing", batch_id, *earlier), None, None
+    else:
+        earlier = []
+        run = latest_stage_run(settings, batch_id, upstream)
+        if run is None:
+            raise ValueError(
+                f"{stage_name} needs {upstream} for batch {batch_id}, which has not run; "
+                f"run `fm run --batch {batch_id}`"
+            )
+        upstream_key = str(run["stage_key"])
+        snapshot, kept = int(run["output_snapshot_id"]), int(run["records_kept"])
+    key = _digest(upstream_key, stage.name, stage.version, stage.config_hash())
+    return _Plan(stage, manifest, upstream, key, snapshot, kept, earlier)
 
 
 def run_stage(
@@ -88,38 +114,21 @@ def run_stage(
 ) -> StageRunReport:
     """Run `stage_name` for `batch_id` unless its content key is already committed."""
     started = time.monotonic()
-    manifest = read_manifest(open_object_store(settings), batch_id)
-    stage = pipeline.entry(stage_name).build(settings, load_policy(settings, manifest.source))
-    upstream = pipeline.upstream_of(stage_name)
-    earlier: list[str] = []
-    if upstream is None:
-        earlier = earlier_batches(settings, batch_id)
-        upstream_key = _digest("landing", batch_id, *earlier)
-        input_snapshot_id = None
-    else:
-        upstream_run = latest_stage_run(settings, batch_id, upstream)
-        if upstream_run is None:
-            raise ValueError(
-                f"{stage_name} needs {upstream} for batch {batch_id}, which has not run; "
-                f"run `fm run --batch {batch_id}`"
-            )
-        upstream_key = str(upstream_run["stage_key"])
-        input_snapshot_id = int(upstream_run["output_snapshot_id"])
-    stage_key = _digest(upstream_key, stage.name, stage.version, stage.config_hash())
-
-    report = functools.partial(
-        StageRunReport,
-        stage=stage_name,
-        batch_id=batch_id,
-        stage_key=stage_key,
-        code_version=stage.version,
-        config_hash=stage.config_hash(),
-        input_snapshot_id=input_snapshot_id,
-    )
+    plan = _plan(settings, stage_name, batch_id)
+    stage = plan.stage
+    common = {
+        "stage": stage_name,
+        "batch_id": batch_id,
+        "stage_key": plan.stage_key,
+        "code_version": stage.version,
+        "config_hash": stage.config_hash(),
+        "input_snapshot_id": plan.input_snapshot_id,
+    }
     last = latest_stage_run(settings, batch_id, stage_name)
-    if last is not None and last["stage_key"] == stage_key:
+    if last is not None and last["stage_key"] == plan.stage_key:
         progress(f"{stage_name}: up to date for {batch_id}, nothing to do")
-        return report(
+        return StageRunReport(
+            **common,  # type: ignore[arg-type]
             skipped=True,
             records_in=int(last["records_in"]),
             records_kept=int(last["records_kept"]),
@@ -129,148 +138,127 @@ def run_stage(
         )
 
     ensure_ray(settings)
-    if upstream is None:
-        inputs = landed_files_table(settings, manifest)
-    else:
-        inputs = catalog.read_table(
-            settings,
-            upstream,
-            row_filter=catalog.where_equal("batch_id", batch_id),
-            snapshot_id=input_snapshot_id,
-        )
-    progress(f"{stage_name}: {inputs.num_rows} input rows for {batch_id}")
-    chunks = split_rows(inputs, ray_cpus(), one_per_row=upstream is None)
-    result = process_on_ray(stage, chunks, progress)
-    result = stage.combine(
-        result,
-        CombineContext(
-            batch_id=batch_id,
-            earlier_documents=_earlier_documents(settings, earlier),
-            read_other_batches=functools.partial(other_batches, settings, batch_id),
-        ),
+    outputs = Outputs(
+        batch_id=batch_id,
+        stage=stage.name,
+        code_version=stage.version,
+        write_id=uuid.uuid4(),
+        output=table_handle(settings, stage.name),
+        quarantine=table_handle(settings, "quarantine"),
+        side={name: table_handle(settings, name) for name in stage.side_tables},
     )
-    kept, bad = result.kept.num_rows, result.quarantined.num_rows
-    records_in = kept + bad if upstream is None else inputs.num_rows
-    if kept + bad != records_in:
+    outcomes, extra_files = _execute(settings, plan, outputs, progress)
+    kept = sum(o.kept for o in outcomes)
+    bad = sum(o.quarantined for o in outcomes)
+    records_in = sum(o.records_in for o in outcomes)
+    if plan.upstream_kept is not None and records_in != plan.upstream_kept:
         raise RuntimeError(
-            f"stage {stage_name} {stage.version} lost records for {batch_id}: "
-            f"{records_in} in, {kept} kept + {bad} quarantined; this is a bug in the stage"
+            f"stage {stage_name} read {records_in} records of {batch_id}, but {plan.upstream} "
+            f"kept {plan.upstream_kept}; the input changed under the run: rerun it"
         )
-    output_snapshot_id = _commit(
-        settings, stage, batch_id, result, stage_key, input_snapshot_id, run_id, records_in
+    snapshot_id = _commit(settings, plan, outputs, outcomes, extra_files, run_id)
+    rules = Counter[str]()
+    for outcome in outcomes:
+        rules.update(outcome.rules)
+    record_stage_run(
+        settings,
+        {
+            **{k: common[k] for k in ("batch_id", "stage", "code_version", "config_hash")},
+            "stage_key": plan.stage_key,
+            "input_snapshot_id": plan.input_snapshot_id,
+            "output_snapshot_id": snapshot_id,
+            "records_in": records_in,
+            "records_kept": kept,
+            "records_quarantined": bad,
+            "run_id": run_id,
+            "committed_at": dt.datetime.now(dt.UTC),
+        },
     )
-    rules = Counter(result.quarantined.column("rule").to_pylist())
-    done = report(
+    report = StageRunReport(
+        **common,  # type: ignore[arg-type]
         skipped=False,
         records_in=records_in,
         records_kept=kept,
         records_quarantined=bad,
-        output_snapshot_id=output_snapshot_id,
+        output_snapshot_id=snapshot_id,
         seconds=time.monotonic() - started,
         quarantine_rules=dict(sorted(rules.items())),
+        slices=len(outcomes),
+        bytes_in=sum(o.bytes_in for o in outcomes),
     )
-    progress(f"{stage_name}: {kept} kept, {bad} quarantined in {done.seconds:.1f}s")
-    return done
+    progress(f"{stage_name}: {kept} kept, {bad} quarantined in {report.seconds:.1f}s")
+    return report
 
 
-def other_batches(
-    settings: Settings, batch_id: str, table: str, columns: tuple[str, ...] | None
-) -> pa.Table:
-    return catalog.read_table(
-        settings, table, row_filter=catalog.where_not_equal("batch_id", batch_id), columns=columns
+def _execute(
+    settings: Settings, plan: _Plan, outputs: Outputs, progress: Progress
+) -> tuple[list[SliceOutcome], dict[str, list[DataFile]]]:
+    """Run the stage's Ray work; return each slice's outcome and files of extra tables."""
+    import ray
+
+    cpus = ray_cpus()
+    stage, batch_id = plan.stage, plan.manifest.batch_id
+    if isinstance(stage, RawStage):
+        index = table_handle(settings, "document_index")
+        run = run_raw(settings, stage, plan.manifest, plan.earlier, outputs, index, cpus, progress)
+        return run.slices, {"document_index": run.index_files}
+    if plan.upstream is None:
+        raise RuntimeError(f"stage {stage.name} has no upstream table and is not the raw stage")
+    files = plan_files(
+        settings, plan.upstream, catalog.where_equal("batch_id", batch_id), plan.input_snapshot_id
     )
-
-
-def _earlier_documents(settings: Settings, earlier: list[str]) -> dict[str, str]:
-    if not earlier:
-        return {}
-    rows = catalog.read_table(
-        settings,
-        "raw_documents",
-        row_filter=catalog.where_in("batch_id", earlier),
-        columns=("doc_id", "batch_id", "record_id"),
+    source = table_handle(settings, plan.upstream)
+    if isinstance(stage, NearDupStage):
+        return run_near_dedup(settings, stage, source, files, outputs, cpus, progress)
+    slices = table_slices(files, cpus)
+    progress(f"{stage.name}: {len(files)} input files of {batch_id} in {len(slices)} slices")
+    process = ray.remote(num_cpus=1, max_retries=2)(process_files)
+    outcomes = run_tasks(
+        lambda i: process.remote(stage, source, slices[i], outputs, i),
+        len(slices),
+        progress=progress,
+        label=stage.name,
     )
-    return {
-        d: f"{b}/{r}"
-        for d, b, r in zip(
-            rows.column("doc_id").to_pylist(),
-            rows.column("batch_id").to_pylist(),
-            rows.column("record_id").to_pylist(),
-            strict=True,
-        )
-    }
+    return outcomes, {}
 
 
 def _commit(
     settings: Settings,
-    stage: Stage,
-    batch_id: str,
-    result: StageResult,
-    stage_key: str,
-    input_snapshot_id: int | None,
+    plan: _Plan,
+    outputs: Outputs,
+    outcomes: list[SliceOutcome],
+    extra_files: dict[str, list[DataFile]],
     run_id: str | None,
-    records_in: int,
 ) -> int:
-    now = dt.datetime.now(dt.UTC)
-    bad = result.quarantined
-    n = bad.num_rows
-    quarantine = bad.append_column("batch_id", pa.array([batch_id] * n, pa.string()))
-    quarantine = quarantine.append_column("stage", pa.array([stage.name] * n, pa.string()))
-    quarantine = quarantine.append_column(
-        "code_version", pa.array([stage.version] * n, pa.string())
-    )
-    quarantine = quarantine.append_column(
-        "quarantined_at", pa.array([now] * n, pa.timestamp("us", tz="UTC"))
-    )
-    catalog.replace_rows(
-        settings,
-        "quarantine",
-        quarantine,
-        catalog.where_all(
-            catalog.where_equal("batch_id", batch_id), catalog.where_equal("stage", stage.name)
-        ),
-        {"fm.stage": stage.name, "fm.batch_id": batch_id, "fm.run_id": run_id or ""},
-    )
-    for side_table in stage.side_tables:
-        rows = result.side.get(side_table)
-        if rows is None:
-            rows = catalog.table_schema(side_table).empty_table()
-        catalog.replace_rows(
-            settings,
-            side_table,
-            rows,
-            catalog.where_equal("batch_id", batch_id),
-            {"fm.stage": stage.name, "fm.batch_id": batch_id, "fm.run_id": run_id or ""},
-        )
+    """One transaction per table; the output table last. Returns the output's snapshot id."""
+    batch_id, stage = plan.manifest.batch_id, plan.stage
+    files: dict[str, list[DataFile]] = {name: list(f) for name, f in extra_files.items()}
+    for outcome in outcomes:
+        for name, data_files in outcome.files.items():
+            files.setdefault(name, []).extend(data_files)
     properties = {
         "fm.stage": stage.name,
-        "fm.code_version": stage.version,
-        "fm.config_hash": stage.config_hash(),
-        "fm.stage_key": stage_key,
         "fm.batch_id": batch_id,
-        "fm.input_snapshot_ids": "" if input_snapshot_id is None else str(input_snapshot_id),
         "fm.run_id": run_id or "",
     }
-    snapshot_id = catalog.replace_rows(
+    this_batch = catalog.where_equal("batch_id", batch_id)
+    commit_files(
         settings,
-        stage.name,
-        result.kept,
-        catalog.where_equal("batch_id", batch_id),
+        "quarantine",
+        catalog.where_all(this_batch, catalog.where_equal("stage", stage.name)),
+        files.get("quarantine", []),
         properties,
     )
-    run_row = {
-        "batch_id": batch_id,
-        "stage": stage.name,
-        "code_version": stage.version,
-        "config_hash": stage.config_hash(),
-        "stage_key": stage_key,
-        "input_snapshot_id": input_snapshot_id,
-        "output_snapshot_id": snapshot_id,
-        "records_in": records_in,
-        "records_kept": result.kept.num_rows,
-        "records_quarantined": n,
-        "run_id": run_id,
-        "committed_at": now,
+    for name in (*outputs.side, *extra_files):
+        commit_files(settings, name, this_batch, files.get(name, []), properties)
+    output_properties = properties | {
+        "fm.code_version": stage.version,
+        "fm.config_hash": stage.config_hash(),
+        "fm.stage_key": plan.stage_key,
+        "fm.input_snapshot_ids": ""
+        if plan.input_snapshot_id is None
+        else str(plan.input_snapshot_id),
     }
-    record_stage_run(settings, run_row)
-    return snapshot_id
+    return commit_files(
+        settings, stage.name, this_batch, files.get(stage.name, []), output_properties
+    )

@@ -42,8 +42,12 @@ class FileRecordReader:
         stream: BinaryIO,
         *,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        file_level_items: bool = True,
     ) -> None:
+        """`file_level_items=False` reads a part of a split file: an archive part holding only
+        non-document records then yields nothing, since the file as a whole may hold documents."""
         self.filename = filename
+        self._file_level_items = file_level_items
         self.format: str | None = None
         self.stats = ReadStats()
         self._stream = stream
@@ -67,7 +71,8 @@ class FileRecordReader:
     def _items(self) -> Iterator[FileItem]:
         numbering = RecordNumbering()
         yield from self._read(numbering)
-        if numbering.count == 0:  # only an archive of non-document records gets here
+        if numbering.count == 0 and self._file_level_items:
+            # Only an archive of non-document records gets here.
             yield numbering.unreadable(Rule.NO_DOCUMENTS, self._no_documents_reason())
 
     def _read(self, numbering: RecordNumbering) -> Iterator[FileItem]:

@@ -12,7 +12,7 @@ import hashlib
 import inspect
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -50,19 +50,6 @@ class StageResult:
         )
 
 
-@dataclass(frozen=True)
-class CombineContext:
-    """What a stage's driver-side `combine` may know beyond its own records."""
-
-    batch_id: str
-    # doc_id -> "<batch_id>/<record_id>" of documents already kept by earlier batches.
-    earlier_documents: dict[str, str]
-    # Rows of a platform table from every batch but this one (e.g. the near-dup index).
-    read_other_batches: Callable[[str, tuple[str, ...] | None], pa.Table] = lambda table, columns: (
-        pa.table({})
-    )
-
-
 class Stage(ABC):
     """One curation step. Subclasses are frozen dataclasses whose fields are their config.
 
@@ -75,8 +62,6 @@ class Stage(ABC):
     name: ClassVar[str]
     version: ClassVar[str]
     output_schema: ClassVar[pa.Schema]
-    # What `process` returns when `combine` finishes the job (near-dedup: sketches ride along).
-    work_schema: ClassVar[pa.Schema | None] = None
     # Side tables the stage writes, replaced per batch with its output (see StageResult.side).
     side_tables: ClassVar[tuple[str, ...]] = ()
 
@@ -107,10 +92,6 @@ class Stage(ABC):
     @abstractmethod
     def process(self, batch: pa.Table) -> StageResult:
         """Transform one chunk of input rows; runs on a Ray worker."""
-
-    def combine(self, result: StageResult, context: CombineContext) -> StageResult:
-        """Decide what needs the whole batch; runs once on the driver. Default: nothing."""
-        return result
 
 
 def _plain(value: object) -> object:

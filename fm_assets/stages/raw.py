@@ -1,21 +1,32 @@
-"""raw_documents: parse landed files into records, content-address them, drop exact duplicates."""
+"""raw_documents: parse landed files into records and content-address them.
+
+The input is one row per part of a landed file (`LANDED_PARTS`): a whole file, or a byte range of
+a large one cut where its records allow (`formats.splitting`). Reading a part happens twice per run:
+`scan` numbers its items and lists the content hashes of the records it would keep, so the runner
+can decide exact duplicates across the whole batch; `read` then parses it again and builds the rows,
+quarantining the duplicates the runner names.
+"""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import BinaryIO, ClassVar, cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from fm_assets.formats import ParsedRecord, UnreadableRecord, iter_file_records
-from fm_assets.stages.base import CombineContext, Stage, StageResult, quarantine_rows
+from fm_assets.formats import ParsedRecord, UnreadableRecord
+from fm_assets.formats.reader import FileRecordReader
+from fm_assets.formats.records import Rule
+from fm_assets.formats.splitting import RangeReader
+from fm_assets.stages.base import Stage, StageResult, quarantine_rows
 from fm_assets.storage import schemas
 from fm_assets.storage.objectstore import filesystem_for
 
-# The input of the raw stage: one row per landed file (built from the batch manifest).
-LANDED_FILES = pa.schema(
+# The input of the raw stage: one row per part of a landed file, in batch order.
+LANDED_PARTS = pa.schema(
     [
         pa.field("batch_id", pa.string()),
         pa.field("file_name", pa.string()),
@@ -24,6 +35,21 @@ LANDED_FILES = pa.schema(
         pa.field("source", pa.string()),
         pa.field("license", pa.string()),
         pa.field("namespace", pa.string()),
+        pa.field("part", pa.int64()),  # position of the part in the batch: the order of records
+        pa.field("start", pa.int64()),  # byte range of the file the part covers
+        pa.field("end", pa.int64()),  # -1: to the end of the file
+        pa.field("whole_file", pa.bool_()),  # the only part of its file
+        pa.field("first_index", pa.int64()),  # number of the part's first item within its file
+        pa.field("file_items", pa.int64()),  # items of the whole file (-1 before the scan)
+    ]
+)
+
+# What `scan` reports for each record it would keep: its hash and where it is.
+CANDIDATES = pa.schema(
+    [
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("part", pa.int64(), nullable=False),
+        pa.field("item", pa.int64(), nullable=False),  # within the part, from 0
     ]
 )
 
@@ -32,36 +58,22 @@ def record_id_for(file_sha256: str, index: int) -> str:
     return f"{file_sha256[:16]}:{index}"
 
 
-def _open_uri(uri: str, s3_endpoint: str | None) -> pafs.NativeFile:
-    fs, path = filesystem_for(uri, s3_endpoint)
-    # compression=None: the parser sniffs gzip itself; pyarrow would guess from the extension
-    # and fail on a damaged .gz before the parser could keep the readable records.
-    return fs.open_input_stream(path, compression=None)
+@dataclass(frozen=True)
+class PartScan:
+    """What scanning one part found: how many items it numbers, and its candidate records."""
 
-
-def _reject(
-    file: dict[str, str],
-    record_id: str,
-    doc_id: str | None,
-    raw_sha256: str | None,
-    rule: str,
-    reason: str,
-) -> dict[str, object]:
-    return {
-        "record_id": record_id,
-        "doc_id": doc_id,
-        "raw_sha256": raw_sha256,
-        "source_file": file["file_name"],
-        "rule": rule,
-        "reason": reason,
-    }
+    part: int
+    items: int
+    candidates: pa.Table  # CANDIDATES
 
 
 @dataclass(frozen=True)
 class RawStage(Stage):
     """Parsed, validated, content-addressed records; exact duplicates quarantined.
 
-    Parse each landed file; every record becomes a document row or a quarantine row.
+    Every record of a landed file becomes a document row or a quarantine row; records whose raw
+    bytes equal an earlier record's (of this batch, or of a batch published before it) are
+    quarantined as `exact_duplicate`, naming the record that was kept.
     """
 
     name: ClassVar[str] = "raw_documents"
@@ -72,110 +84,152 @@ class RawStage(Stage):
     # Where to reach S3-compatible stores; not part of the content key.
     s3_endpoint: str | None = field(default=None, compare=False)
 
-    def process(self, batch: pa.Table) -> StageResult:
+    def scan(self, parts: pa.Table) -> list[PartScan]:
+        """Number each part's items and list the hashes of the records it would keep."""
+        found = []
+        for part in parts.to_pylist():
+            doc_ids: list[str] = []
+            items: list[int] = []
+            count = 0
+            for item in self._items(part):
+                count = item.index + 1
+                if isinstance(item, ParsedRecord) and self._problem(item.content) is None:
+                    doc_ids.append(hashlib.sha256(item.content).hexdigest())
+                    items.append(item.index)
+            candidates = pa.table(
+                {"doc_id": doc_ids, "part": [part["part"]] * len(items), "item": items},
+                schema=CANDIDATES,
+            )
+            found.append(PartScan(part["part"], count, candidates))
+        return found
+
+    def read(self, parts: pa.Table, duplicates: Mapping[tuple[int, int], str]) -> StageResult:
+        """Every record of `parts`: kept, or quarantined with a reason.
+
+        `duplicates` maps (part, item within the part) to the record that was kept instead
+        ("<batch>/<record id>"): those become `exact_duplicate` quarantine rows.
+        """
         rows: list[dict[str, object]] = []
         rejects: list[dict[str, object]] = []
-        for file in batch.to_pylist():
-            next_index = 0
-            try:
-                with _open_uri(file["file_uri"], self.s3_endpoint) as stream:
-                    for item in iter_file_records(file["file_name"], stream):
-                        next_index = item.index + 1
-                        record_id = record_id_for(file["file_sha256"], item.index)
-                        if isinstance(item, UnreadableRecord):
-                            rejects.append(
-                                _reject(
-                                    file, record_id, None, item.raw_sha256, item.rule, item.reason
-                                )
-                            )
-                            continue
-                        self._admit(file, record_id, item, rows, rejects)
-            except OSError as exc:
-                # The parser turns bad content into quarantine rows itself; this is the store
-                # failing under it. Keep what was read and account for the rest of the file.
-                rejects.append(
-                    _reject(
-                        file,
-                        record_id_for(file["file_sha256"], next_index),
-                        None,
-                        None,
-                        "read_error",
-                        f"reading stopped after record {next_index - 1}: {exc}",
+        for part in parts.to_pylist():
+            for item in self._items(part):
+                record_id = record_id_for(part["file_sha256"], part["first_index"] + item.index)
+                if isinstance(item, UnreadableRecord):
+                    reason = _in_part(part, item.reason)
+                    rejects.append(
+                        _reject(part, record_id, None, item.raw_sha256, item.rule, reason)
                     )
-                )
+                    continue
+                sha = hashlib.sha256(item.content).hexdigest()
+                problem = self._problem(item.content)
+                original = duplicates.get((part["part"], item.index))
+                if problem is None and original is not None:
+                    problem = ("exact_duplicate", f"same raw bytes as {original}")
+                if problem is not None:
+                    rejects.append(_reject(part, record_id, sha, sha, *problem))
+                else:
+                    rows.append(_document(part, record_id, sha, item))
         kept = pa.Table.from_pylist(rows, schema=schemas.RAW_DOCUMENTS)
         return StageResult(kept=kept, quarantined=quarantine_rows(rejects))
 
-    def _admit(
-        self,
-        file: dict[str, str],
-        record_id: str,
-        item: ParsedRecord,
-        rows: list[dict[str, object]],
-        rejects: list[dict[str, object]],
-    ) -> None:
-        sha = hashlib.sha256(item.content).hexdigest()
-        problem = None
-        if not item.content.strip():
-            problem = ("empty_record", "the record has no content (empty or only whitespace)")
-        elif len(item.content) > self.max_document_bytes:
-            problem = (
+    def process(self, batch: pa.Table) -> StageResult:
+        """The records of `batch` (LANDED_PARTS) without deciding exact duplicates: the runner
+        decides those across the whole batch and calls `read`."""
+        return self.read(batch, {})
+
+    def _items(self, part: dict[str, object]) -> Iterator[ParsedRecord | UnreadableRecord]:
+        fs, path = filesystem_for(str(part["file_uri"]), self.s3_endpoint)
+        start, end = int(part["start"]), int(part["end"])  # type: ignore[call-overload]
+        with _open_part(fs, path, start, end) as stream:
+            reader = FileRecordReader(
+                str(part["file_name"]),
+                cast(BinaryIO, stream),
+                file_level_items=bool(part["whole_file"]),
+            )
+            yield from reader
+        if not part["whole_file"] and part["file_items"] == 0 and start == 0:
+            # A split file with no document at all: its first part says so, once for the file.
+            yield UnreadableRecord(
+                0,
+                Rule.NO_DOCUMENTS,
+                "the archive holds no documents, only non-document records",
+                None,
+            )
+
+    def _problem(self, content: bytes) -> tuple[str, str] | None:
+        if not content.strip():
+            return ("empty_record", "the record has no content (empty or only whitespace)")
+        if len(content) > self.max_document_bytes:
+            return (
                 "document_too_large",
-                f"{len(item.content):,} bytes exceeds max_document_bytes="
+                f"{len(content):,} bytes exceeds max_document_bytes="
                 f"{self.max_document_bytes:,} (FM_MAX_DOCUMENT_BYTES)",
             )
-        if problem:
-            rejects.append(_reject(file, record_id, sha, sha, *problem))
-            return
-        rows.append(
-            {
-                "doc_id": sha,
-                "raw_sha256": sha,
-                "batch_id": file["batch_id"],
-                "record_id": record_id,
-                "source_file": file["file_name"],
-                "source": file["source"],
-                "license": file["license"],
-                "namespace": file["namespace"],
-                "url": item.url,
-                "lang_hint": item.lang_hint,
-                "external_id": item.external_id,
-                "content_type": item.content_type,
-                "charset": item.charset,
-                "raw_size": len(item.content),
-                "raw_content": item.content,
-            }
-        )
+        return None
 
-    def combine(self, result: StageResult, context: CombineContext) -> StageResult:
-        """Quarantine exact duplicates: within the batch the first record wins."""
-        kept = result.kept
-        seen: dict[str, str] = {}
-        keep_mask: list[bool] = []
-        rejects: list[dict[str, object]] = []
-        ids = kept.column("doc_id").to_pylist()
-        records = kept.column("record_id").to_pylist()
-        files = kept.column("source_file").to_pylist()
-        for doc_id, record_id, source_file in zip(ids, records, files, strict=True):
-            original = context.earlier_documents.get(doc_id) or seen.get(doc_id)
-            if original is None:
-                seen[doc_id] = f"{context.batch_id}/{record_id}"
-                keep_mask.append(True)
-                continue
-            keep_mask.append(False)
-            rejects.append(
-                {
-                    "record_id": record_id,
-                    "doc_id": doc_id,
-                    "raw_sha256": doc_id,
-                    "source_file": source_file,
-                    "rule": "exact_duplicate",
-                    "reason": f"same raw bytes as {original}",
-                }
-            )
-        if not rejects:
-            return result
-        return StageResult(
-            kept=kept.filter(pa.array(keep_mask)),
-            quarantined=pa.concat_tables([result.quarantined, quarantine_rows(rejects)]),
-        )
+
+def _open_part(
+    fs: pafs.FileSystem, path: str, start: int, end: int
+) -> pafs.NativeFile | RangeReader:
+    # compression=None: the parser sniffs gzip itself; pyarrow would guess from the extension and
+    # fail on a damaged .gz before the parser could keep the readable records.
+    if start == 0 and end < 0:
+        return fs.open_input_stream(path, compression=None)
+    return _ClosingRange(fs.open_input_file(path), start, end if end >= 0 else None)
+
+
+class _ClosingRange(RangeReader):
+    def __init__(self, source: pafs.NativeFile, start: int, end: int | None) -> None:
+        super().__init__(source, start, end)  # type: ignore[arg-type]
+        self._source = source
+
+    def close(self) -> None:
+        self._source.close()
+        super().close()
+
+
+def _in_part(part: dict[str, object], reason: str) -> str:
+    """Reasons from a part of a split file locate it: offsets inside are relative to the part."""
+    if part["whole_file"]:
+        return reason
+    return f"in the part of the file starting at byte {part['start']}: {reason}"
+
+
+def _reject(
+    part: dict[str, object],
+    record_id: str,
+    doc_id: str | None,
+    raw_sha256: str | None,
+    rule: str,
+    reason: str,
+) -> dict[str, object]:
+    return {
+        "record_id": record_id,
+        "doc_id": doc_id,
+        "raw_sha256": raw_sha256,
+        "source_file": part["file_name"],
+        "rule": rule,
+        "reason": reason,
+    }
+
+
+def _document(
+    part: dict[str, object], record_id: str, sha: str, item: ParsedRecord
+) -> dict[str, object]:
+    return {
+        "doc_id": sha,
+        "raw_sha256": sha,
+        "batch_id": part["batch_id"],
+        "record_id": record_id,
+        "source_file": part["file_name"],
+        "source": part["source"],
+        "license": part["license"],
+        "namespace": part["namespace"],
+        "url": item.url,
+        "lang_hint": item.lang_hint,
+        "external_id": item.external_id,
+        "content_type": item.content_type,
+        "charset": item.charset,
+        "raw_size": len(item.content),
+        "raw_content": item.content,
+    }

@@ -1,8 +1,10 @@
-"""The platform's own records: which stage runs are committed, and how each check came out.
+"""The platform's own records, in SQL tables beside the Iceberg catalog (same database).
 
-`stage_runs` holds the content keys that make reruns free (the runner looks up the latest run of a
-stage for a batch); `check_results` holds every check evaluation, so `fm status` and
-`fm version create` see which batches passed without asking Dagster.
+`fm_stage_runs` holds the content keys that make reruns free: the runner looks up the latest run
+of a stage for a batch. `fm_check_results` holds every check evaluation, so `fm status` and
+`fm version create` see which batches passed without asking Dagster. Both are small, hot and
+append-mostly: as Iceberg tables every row cost a snapshot and a commit; here a row is one indexed
+INSERT, and a lookup one indexed SELECT.
 """
 
 from __future__ import annotations
@@ -10,27 +12,108 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-import pyarrow as pa
+import sqlalchemy as sa
 
 from fm_assets.settings import Settings
-from fm_assets.storage import catalog
+from fm_assets.storage.catalog import open_catalog
+
+_METADATA = sa.MetaData()
+
+STAGE_RUNS = sa.Table(
+    "fm_stage_runs",
+    _METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("namespace", sa.String(255), nullable=False),  # the catalog namespace it belongs to
+    sa.Column("batch_id", sa.String(255), nullable=False),
+    sa.Column("stage", sa.String(255), nullable=False),
+    sa.Column("code_version", sa.String(255), nullable=False),
+    sa.Column("config_hash", sa.String(64), nullable=False),
+    sa.Column("stage_key", sa.String(64), nullable=False),
+    sa.Column("input_snapshot_id", sa.BigInteger, nullable=True),
+    sa.Column("output_snapshot_id", sa.BigInteger, nullable=False),
+    sa.Column("records_in", sa.BigInteger, nullable=False),
+    sa.Column("records_kept", sa.BigInteger, nullable=False),
+    sa.Column("records_quarantined", sa.BigInteger, nullable=False),
+    sa.Column("run_id", sa.String(255), nullable=True),
+    sa.Column("committed_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Index("fm_stage_runs_lookup", "namespace", "batch_id", "stage", "committed_at"),
+)
+
+CHECK_RESULTS = sa.Table(
+    "fm_check_results",
+    _METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("namespace", sa.String(255), nullable=False),
+    sa.Column("asset", sa.String(255), nullable=False),
+    sa.Column("partition", sa.String(512), nullable=False),
+    sa.Column("check_name", sa.String(255), nullable=False),
+    sa.Column("passed", sa.Boolean, nullable=False),
+    sa.Column("description", sa.Text, nullable=False),
+    sa.Column("run_id", sa.String(255), nullable=True),
+    sa.Column("checked_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Index("fm_check_results_lookup", "namespace", "asset", "partition", "check_name"),
+)
+
+_STAGE_RUN_FIELDS = [c.name for c in STAGE_RUNS.columns if c.name not in ("id", "namespace")]
+_CHECK_FIELDS = [c.name for c in CHECK_RESULTS.columns if c.name not in ("id", "namespace")]
+_created: set[int] = set()
+
+
+def _engine(settings: Settings) -> sa.engine.Engine:
+    """The catalog's own engine (one per process), with the bookkeeping tables created once."""
+    engine: sa.engine.Engine = open_catalog(settings).engine  # type: ignore[attr-defined]
+    if id(engine) not in _created:
+        _METADATA.create_all(engine, checkfirst=True)
+        _created.add(id(engine))
+    return engine
+
+
+def _utc(value: Any) -> Any:
+    # SQLite hands timestamps back without a zone; they were written in UTC.
+    if isinstance(value, dt.datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value
+
+
+def _row(mapping: Any, fields: list[str]) -> dict[str, Any]:
+    return {name: _utc(mapping[name]) for name in fields}
 
 
 def latest_stage_run(settings: Settings, batch_id: str, stage: str) -> dict[str, Any] | None:
-    """The last committed `stage_runs` row of `stage` for `batch_id`, or None."""
-    runs = catalog.read_table(
-        settings,
-        "stage_runs",
-        row_filter=catalog.where_all(
-            catalog.where_equal("batch_id", batch_id), catalog.where_equal("stage", stage)
-        ),
-    ).to_pylist()
-    return max(runs, key=lambda r: r["committed_at"]) if runs else None
+    """The last committed run of `stage` for `batch_id`, or None."""
+    query = (
+        sa.select(STAGE_RUNS)
+        .where(
+            STAGE_RUNS.c.namespace == settings.namespace,
+            STAGE_RUNS.c.batch_id == batch_id,
+            STAGE_RUNS.c.stage == stage,
+        )
+        .order_by(STAGE_RUNS.c.committed_at.desc(), STAGE_RUNS.c.id.desc())
+        .limit(1)
+    )
+    with _engine(settings).connect() as connection:
+        found = connection.execute(query).mappings().first()
+    return _row(found, _STAGE_RUN_FIELDS) if found else None
+
+
+def stage_runs(settings: Settings) -> list[dict[str, Any]]:
+    """Every committed stage run, oldest first."""
+    query = (
+        sa.select(STAGE_RUNS)
+        .where(STAGE_RUNS.c.namespace == settings.namespace)
+        .order_by(STAGE_RUNS.c.committed_at, STAGE_RUNS.c.id)
+    )
+    with _engine(settings).connect() as connection:
+        return [_row(r, _STAGE_RUN_FIELDS) for r in connection.execute(query).mappings()]
 
 
 def record_stage_run(settings: Settings, row: dict[str, Any]) -> None:
-    """Append one `stage_runs` row: the commit that makes a stage run count as done."""
-    catalog.append_rows(settings, "stage_runs", pa.Table.from_pylist([row]))
+    """Record one stage run: the commit that makes a stage run count as done."""
+    unknown = set(row) - set(_STAGE_RUN_FIELDS)
+    if unknown:
+        raise ValueError(f"stage run has unknown fields {sorted(unknown)}")
+    with _engine(settings).begin() as connection:
+        connection.execute(sa.insert(STAGE_RUNS).values(namespace=settings.namespace, **row))
 
 
 def record_check_result(
@@ -44,7 +127,8 @@ def record_check_result(
     run_id: str | None,
 ) -> None:
     """Log a check evaluation so `fm status` and `fm version create` can see it."""
-    row = {
+    values = {
+        "namespace": settings.namespace,
         "asset": asset,
         "partition": partition,
         "check_name": check_name,
@@ -53,14 +137,24 @@ def record_check_result(
         "run_id": run_id,
         "checked_at": dt.datetime.now(dt.UTC),
     }
-    catalog.append_rows(settings, "check_results", pa.Table.from_pylist([row]))
+    with _engine(settings).begin() as connection:
+        connection.execute(sa.insert(CHECK_RESULTS).values(**values))
+
+
+def check_results(settings: Settings) -> list[dict[str, Any]]:
+    """Every check evaluation, oldest first."""
+    query = (
+        sa.select(CHECK_RESULTS)
+        .where(CHECK_RESULTS.c.namespace == settings.namespace)
+        .order_by(CHECK_RESULTS.c.checked_at, CHECK_RESULTS.c.id)
+    )
+    with _engine(settings).connect() as connection:
+        return [_row(r, _CHECK_FIELDS) for r in connection.execute(query).mappings()]
 
 
 def latest_check_results(settings: Settings) -> dict[tuple[str, str, str], dict[str, Any]]:
     """(asset, partition, check) -> its latest evaluation."""
     latest: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for row in catalog.read_table(settings, "check_results").to_pylist():
-        key = (row["asset"], row["partition"], row["check_name"])
-        if key not in latest or row["checked_at"] >= latest[key]["checked_at"]:
-            latest[key] = row
+    for row in check_results(settings):  # oldest first: later rows win
+        latest[(row["asset"], row["partition"], row["check_name"])] = row
     return latest

@@ -24,6 +24,7 @@ from fm_assets.storage.objectstore import iceberg_s3_properties
 from fm_assets.storage.tables import table_spec
 
 _lock = threading.Lock()
+ALWAYS_TRUE: BooleanExpression = AlwaysTrue()
 
 
 def _catalog_properties(settings: Settings) -> dict[str, str]:
@@ -55,22 +56,40 @@ def load_table(settings: Settings, name: str) -> Table:
     """Load a platform table, creating it (with its partition spec) on first use."""
     catalog = open_catalog(settings)
     identifier = f"{settings.namespace}.{name}"
+    spec = table_spec(name)  # unknown names fail here, listing the declared tables
     try:
-        return catalog.load_table(identifier)
+        table = catalog.load_table(identifier)
     except NoSuchTableError:
         pass
-    spec = table_spec(name)  # unknown names fail here, listing the declared tables
+    else:
+        if len(table.spec().fields) < len(spec.partition_by):
+            with _lock:
+                _add_partitions(table, spec.partition_by)
+            table = catalog.load_table(identifier)
+        return table
     schema, partition_columns = spec.schema, spec.partition_by
     with _lock:
         table = catalog.create_table_if_not_exists(identifier, schema=schema)
-        if partition_columns and table.spec().is_unpartitioned():
-            with table.update_spec() as update:
-                for column in partition_columns:
-                    update.add_identity(column)
+        _add_partitions(table, partition_columns)
     return catalog.load_table(identifier)
 
 
-def where_equal(column: str, value: str) -> BooleanExpression:
+def _add_partitions(table: Table, columns: tuple[str, ...]) -> None:
+    """Give `table` an identity partition on each of `columns` it is not yet partitioned by.
+
+    A table created by an older platform keeps its old files in the old spec; new files use the
+    new one, so partition-aligned replacements become metadata-only from then on.
+    """
+    schema = table.schema()
+    present = {schema.find_field(f.source_id).name for f in table.spec().fields}
+    missing = [c for c in columns if c not in present]
+    if missing:
+        with table.update_spec() as update:
+            for column in missing:
+                update.add_identity(column)
+
+
+def where_equal(column: str, value: str | int) -> BooleanExpression:
     """Rows whose `column` equals `value` (pyiceberg's pydantic constructors defeat mypy)."""
     return EqualTo(column, value)  # type: ignore[call-arg, arg-type]
 

@@ -77,38 +77,6 @@ QUARANTINE = pa.schema(
     ]
 )
 
-# One row per committed stage run of one batch: the content key that makes reruns free.
-STAGE_RUNS = pa.schema(
-    [
-        pa.field("batch_id", pa.string(), nullable=False),
-        pa.field("stage", pa.string(), nullable=False),
-        pa.field("code_version", pa.string(), nullable=False),
-        pa.field("config_hash", pa.string(), nullable=False),
-        pa.field("stage_key", pa.string(), nullable=False),
-        pa.field("input_snapshot_id", pa.int64(), nullable=True),
-        pa.field("output_snapshot_id", pa.int64(), nullable=False),
-        pa.field("records_in", pa.int64(), nullable=False),
-        pa.field("records_kept", pa.int64(), nullable=False),
-        pa.field("records_quarantined", pa.int64(), nullable=False),
-        pa.field("run_id", pa.string(), nullable=True),
-        pa.field("committed_at", pa.timestamp("us", tz="UTC"), nullable=False),
-    ]
-)
-
-# One row per evaluation of a data check, written by the Dagster checks and read by `fm status`
-# and `fm version create` (which takes only batches whose latest checks all passed).
-CHECK_RESULTS = pa.schema(
-    [
-        pa.field("asset", pa.string(), nullable=False),
-        pa.field("partition", pa.string(), nullable=False),
-        pa.field("check_name", pa.string(), nullable=False),
-        pa.field("passed", pa.bool_(), nullable=False),
-        pa.field("description", pa.string(), nullable=False),
-        pa.field("run_id", pa.string(), nullable=True),
-        pa.field("checked_at", pa.timestamp("us", tz="UTC"), nullable=False),
-    ]
-)
-
 TOKENIZERS = pa.schema(
     [
         pa.field("tokenizer_hash", pa.string(), nullable=False),  # sha256 of tokenizer.json bytes
@@ -239,17 +207,36 @@ CONTAMINATION_FLAGS = pa.schema(
 )
 
 
+# Every kept raw document of every batch, by hash bucket: what exact deduplication of a new batch
+# compares against, one bucket per task (a pruned scan, never the whole corpus).
+DOCUMENT_INDEX_BUCKETS = 16
+DOCUMENT_INDEX = pa.schema(
+    [
+        pa.field("bucket", pa.int32(), nullable=False),  # int(doc_id[:8], 16) % buckets
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("batch_id", pa.string(), nullable=False),
+        pa.field("record_id", pa.string(), nullable=False),
+    ]
+)
+
+
+def document_bucket(doc_id: str) -> int:
+    """The document-index bucket of a document."""
+    return int(doc_id[:8], 16) % DOCUMENT_INDEX_BUCKETS
+
+
 # Tables storage owns; stage outputs, the MinHash index and the contamination registry's hash tables
 # are declared by their owners.
 declare(
-    TableSpec("quarantine", QUARANTINE, ("batch_id",)),
-    TableSpec("stage_runs", STAGE_RUNS, ("batch_id",)),  # lookups are per batch: prune files
-    TableSpec("check_results", CHECK_RESULTS),
+    # Each stage replaces its own quarantine rows of a batch: a partition-aligned, metadata-only
+    # replacement.
+    TableSpec("quarantine", QUARANTINE, ("batch_id", "stage")),
     TableSpec("tokenizers", TOKENIZERS),
     TableSpec("quality_classifiers", QUALITY_CLASSIFIERS),
     TableSpec("dataset_versions", DATASET_VERSIONS),
     TableSpec("shard_sets", SHARD_SETS),
     TableSpec("pii_redactions", PII_REDACTIONS, ("batch_id",)),
+    TableSpec("document_index", DOCUMENT_INDEX, ("bucket",)),
     TableSpec("contamination_benchmarks", CONTAMINATION_BENCHMARKS, ("benchmark",)),
     TableSpec("contamination_matches", CONTAMINATION_MATCHES, ("batch_id",)),
     TableSpec("contamination_flags", CONTAMINATION_FLAGS, ("version_key",)),

@@ -162,15 +162,15 @@ def create_version(
 ) -> tuple[DatasetVersion, bool]:
     """Cut `version_key` over `batches` (default: all passing ones); return (version, created)."""
     dataset, number = parse_version_key(version_key)
-    chosen = choose_batches(settings, version_key, batches)
     existing = read_version(settings, version_key)
     if existing is not None:
-        if tuple(chosen) != existing.batches:
+        if tuple(sorted(set(batches or default_batches(settings)))) != existing.batches:
             raise ValueError(
                 f"{version_key} already exists over other batches; versions are immutable: "
                 f"create {dataset}@v{number + 1} instead"
             )
         return existing, False
+    chosen = choose_batches(settings, version_key, batches)
 
     final_stage = pipeline.STAGE_NAMES[-1]
     stage_keys = []

@@ -33,13 +33,29 @@ NEARDUP_INDEX_SCHEMA = pa.schema(
 )
 
 
-# The global near-duplicate index: band hashes of every kept document of every batch.
+# The global near-duplicate index: band hashes of every kept document of every batch. Partitioned
+# by band as well, so deciding one band reads only that band's files (a pruned scan). Rows written
+# by older platform versions carry the document's shingle set on its band-0 row.
 declare(
     TableSpec(
         "neardup_index",
         pa.schema([pa.field("batch_id", pa.string(), nullable=False), *NEARDUP_INDEX_SCHEMA]),
-        ("batch_id",),
-    )
+        ("batch_id", "band"),
+    ),
+    # Every kept document's shingle set, by bucket of its id: what exact-Jaccard confirmation of
+    # a candidate from another batch reads (one bucket's files, never the whole index).
+    TableSpec(
+        "neardup_shingles",
+        pa.schema(
+            [
+                pa.field("batch_id", pa.string(), nullable=False),
+                pa.field("bucket", pa.int32(), nullable=False),
+                pa.field("doc_id", pa.string(), nullable=False),
+                pa.field("shingle_hashes", pa.list_(pa.int64()), nullable=False),
+            ]
+        ),
+        ("batch_id", "bucket"),
+    ),
 )
 
 

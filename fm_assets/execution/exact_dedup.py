@@ -1,0 +1,288 @@
+"""The raw stage across a Ray cluster: parse landed files in parallel parts and decide exact
+duplicates by hash-partitioned work, never on the driver.
+
+    split    large files cut at record boundaries (one reading task per splittable large file)
+    scan     per slice of parts: item counts, and each kept record's hash, sent to its bucket
+    decide   per bucket: first occurrence wins (earlier batches first, through the pruned
+             `document_index` bucket); writes the bucket's index rows; routes duplicates back
+    read     per slice: parse again, quarantine the duplicates, write the data files
+
+The driver holds part and file lists, counts and object references; rows move worker to worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import FileScanTask
+
+from fm_assets.execution.compute import Progress, run_tasks
+from fm_assets.execution.planning import (
+    group_by_weight,
+    landed_parts,
+    part_bytes,
+    slice_bytes,
+    split_points,
+    splittable,
+)
+from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, write_result
+from fm_assets.settings import Settings
+from fm_assets.stages.raw import CANDIDATES, PartScan, RawStage, record_id_for
+from fm_assets.storage import catalog, schemas
+from fm_assets.storage.data_files import TableHandle, plan_files, read_files, write_files
+from fm_assets.storage.landing import BatchManifest
+from fm_assets.storage.objectstore import open_object_store
+
+BUCKETS = schemas.DOCUMENT_INDEX_BUCKETS
+MAX_ROUTES = 64  # duplicates flow back in at most this many groups per bucket
+
+_DUPLICATES = pa.schema(
+    [
+        pa.field("part", pa.int64(), nullable=False),
+        pa.field("item", pa.int64(), nullable=False),
+        pa.field("original", pa.string(), nullable=False),  # "<batch>/<record id>" kept instead
+    ]
+)
+
+
+@dataclass(frozen=True)
+class RawRun:
+    """What the raw stage produced across the batch."""
+
+    slices: list[SliceOutcome]
+    index_files: list[DataFile]
+
+
+def run_raw(
+    settings: Settings,
+    stage: RawStage,
+    manifest: BatchManifest,
+    earlier: Sequence[str],
+    outputs: Outputs,
+    index: TableHandle,
+    cpus: int,
+    progress: Progress,
+) -> RawRun:
+    """Parse every landed file of the batch and decide its exact duplicates, on Ray."""
+    import ray
+
+    parts = landed_parts(settings, manifest, _split_files(settings, manifest, progress))
+    sizes = {f.sha256: f.size for f in manifest.files}
+    weights = part_bytes(parts, sizes)
+    slices = group_by_weight(
+        list(range(parts.num_rows)), lambda i: weights[i], slice_bytes(sum(weights), cpus)
+    )
+    progress(
+        f"{stage.name}: {len(manifest.files)} files in {parts.num_rows} parts, {len(slices)} slices"
+    )
+
+    scan = ray.remote(num_cpus=1, max_retries=2)(_scan).options(num_returns=BUCKETS + 1)
+    scanned: list[list[Any]] = [scan.remote(stage, parts.take(s)) for s in slices]  # type: ignore[misc]
+    counts: dict[int, int] = {}
+    for per_part in run_tasks(
+        lambda i: scanned[i][0], len(slices), progress=progress, label="scan"
+    ):
+        counts.update(per_part)
+    parts = _number_items(parts, counts)
+
+    routes = min(len(slices), MAX_ROUTES)
+    slice_of_part = {p: i for i, s in enumerate(slices) for p in s}
+    where = parts.select(["part", "file_sha256", "first_index"]).append_column(
+        "route", pa.array([slice_of_part[p] % routes for p in parts.column("part").to_pylist()])
+    )
+    decide = ray.remote(num_cpus=1, max_retries=2)(_decide).options(num_returns=routes + 1)
+    decided: list[list[Any]] = [  # type: ignore[misc]
+        decide.remote(
+            b,
+            where,
+            manifest.batch_id,
+            routes,
+            index,
+            _earlier_files(settings, b, earlier),
+            outputs.write_id,
+            *[refs[1 + b] for refs in scanned],
+        )
+        for b in range(BUCKETS)
+    ]
+    index_files = [
+        f
+        for files in run_tasks(lambda b: decided[b][0], BUCKETS, progress=progress, label="decide")
+        for f in files
+    ]
+
+    read = ray.remote(num_cpus=1, max_retries=2)(_read)
+    outcomes = run_tasks(
+        lambda i: read.remote(
+            stage,
+            parts.take(slices[i]),
+            outputs,
+            i,
+            sum(weights[p] for p in slices[i]),
+            *[refs[1 + i % routes] for refs in decided],
+        ),
+        len(slices),
+        progress=progress,
+        label=stage.name,
+    )
+    return RawRun(outcomes, index_files)
+
+
+def _split_files(
+    settings: Settings, manifest: BatchManifest, progress: Progress
+) -> dict[str, list[int]]:
+    """Part starts of the batch's large splittable files, found by one task per file."""
+    import ray
+
+    store = open_object_store(settings)
+    large = [
+        (f, kind)
+        for f in manifest.files
+        if f.size > 2 * settings.part_bytes and (kind := splittable(f)) is not None
+    ]
+    if not large:
+        return {}
+    remote = ray.remote(num_cpus=1, max_retries=2)(split_points)
+    found = run_tasks(
+        lambda i: remote.remote(
+            store.uri(large[i][0].key),
+            large[i][1],
+            large[i][0].size,
+            settings.part_bytes,
+            settings.s3_endpoint,
+        ),
+        len(large),
+        progress=progress,
+        label="split",
+    )
+    return {f.sha256: points for (f, _), points in zip(large, found, strict=True)}
+
+
+def _number_items(parts: pa.Table, counts: dict[int, int]) -> pa.Table:
+    """Fill each part's first item number within its file and its file's item count."""
+    first: list[int] = []
+    running: dict[str, int] = {}
+    for part, sha in zip(
+        parts.column("part").to_pylist(), parts.column("file_sha256").to_pylist(), strict=True
+    ):
+        first.append(running.get(sha, 0))
+        running[sha] = running.get(sha, 0) + counts[part]
+    file_items = [running[sha] for sha in parts.column("file_sha256").to_pylist()]
+    parts = parts.set_column(
+        parts.schema.get_field_index("first_index"), "first_index", pa.array(first, pa.int64())
+    )
+    return parts.set_column(
+        parts.schema.get_field_index("file_items"), "file_items", pa.array(file_items, pa.int64())
+    )
+
+
+def _earlier_files(settings: Settings, bucket: int, earlier: Sequence[str]) -> list[FileScanTask]:
+    """The `document_index` files of `bucket` holding batches published before this one."""
+    if not earlier or catalog.current_snapshot_id(settings, "document_index") is None:
+        return []
+    where = catalog.where_all(
+        catalog.where_equal("bucket", bucket),
+        catalog.where_in("batch_id", list(earlier)),
+    )
+    return plan_files(settings, "document_index", where, None)
+
+
+def _scan(stage: RawStage, parts: pa.Table) -> tuple[Any, ...]:
+    """(items per part, then one CANDIDATES table per bucket): runs on a worker."""
+    scans: list[PartScan] = stage.scan(parts)
+    candidates = (
+        pa.concat_tables([s.candidates for s in scans]) if scans else CANDIDATES.empty_table()
+    )
+    buckets = pa.array(
+        [schemas.document_bucket(d) for d in candidates.column("doc_id").to_pylist()], pa.int32()
+    )
+    per_bucket = [candidates.filter(pa.compute.equal(buckets, b)) for b in range(BUCKETS)]
+    return ({s.part: s.items for s in scans}, *per_bucket)
+
+
+def _decide(
+    bucket: int,
+    where: pa.Table,
+    batch_id: str,
+    routes: int,
+    index: TableHandle,
+    earlier_files: list[FileScanTask],
+    write_id: Any,
+    *candidate_tables: pa.Table,
+) -> tuple[Any, ...]:
+    """Decide one bucket's duplicates (on a worker); write its index rows; route duplicates back."""
+    earlier = (
+        read_files(index, earlier_files, ("doc_id", "batch_id", "record_id"))
+        if earlier_files
+        else None
+    )
+    kept_before = (
+        {
+            d: f"{b}/{r}"
+            for d, b, r in zip(
+                *(earlier.column(c).to_pylist() for c in ("doc_id", "batch_id", "record_id")),
+                strict=True,
+            )
+        }
+        if earlier is not None
+        else {}
+    )
+    sha_of = dict(
+        zip(where.column("part").to_pylist(), where.column("file_sha256").to_pylist(), strict=True)
+    )
+    first_of = dict(
+        zip(where.column("part").to_pylist(), where.column("first_index").to_pylist(), strict=True)
+    )
+    route_of = dict(
+        zip(where.column("part").to_pylist(), where.column("route").to_pylist(), strict=True)
+    )
+    rows = pa.concat_tables(candidate_tables) if candidate_tables else CANDIDATES.empty_table()
+    rows = rows.sort_by([("part", "ascending"), ("item", "ascending")])
+    winners: dict[str, str] = {}
+    duplicates: list[list[dict[str, object]]] = [[] for _ in range(routes)]
+    for doc_id, part, item in zip(
+        *(rows.column(c).to_pylist() for c in ("doc_id", "part", "item")), strict=True
+    ):
+        record_id = record_id_for(sha_of[part], first_of[part] + item)
+        original = kept_before.get(doc_id) or winners.get(doc_id)
+        if original is None:
+            winners[doc_id] = f"{batch_id}/{record_id}"
+        else:
+            duplicates[route_of[part]].append({"part": part, "item": item, "original": original})
+    index_rows = pa.table(
+        {
+            "bucket": pa.array([bucket] * len(winners), pa.int32()),
+            "doc_id": list(winners),
+            "batch_id": [batch_id] * len(winners),
+            "record_id": [w.split("/", 1)[1] for w in winners.values()],
+        },
+        schema=schemas.DOCUMENT_INDEX,
+    )
+    files = write_files(index, index_rows, write_id, 1_000_000 + bucket)
+    return (files, *[pa.Table.from_pylist(d, schema=_DUPLICATES) for d in duplicates])
+
+
+def _read(
+    stage: RawStage,
+    parts: pa.Table,
+    outputs: Outputs,
+    task_id: int,
+    bytes_in: int,
+    *duplicate_tables: pa.Table,
+) -> SliceOutcome:
+    """Parse the slice again, quarantine its duplicates, write its data files (on a worker)."""
+    mine = set(parts.column("part").to_pylist())
+    duplicates = {
+        (part, item): original
+        for table in duplicate_tables
+        for part, item, original in zip(
+            *(table.column(c).to_pylist() for c in ("part", "item", "original")), strict=True
+        )
+        if part in mine
+    }
+    result = stage.read(parts, duplicates)
+    records = result.kept.num_rows + result.quarantined.num_rows
+    return write_result(result, outputs, task_id, records_in=records, bytes_in=bytes_in)

@@ -1,0 +1,181 @@
+"""The near-duplicate stage across a Ray cluster: MinHash LSH decided by band-partitioned work,
+against every other batch's index read one band (and one shingle bucket) at a time.
+
+    sketch    per slice: shingles and band hashes; band rows by band, shingles by bucket
+    candidates per band: pairs sharing the band's hash, with other batches' rows of that band
+    confirm   per slice: exact shingle Jaccard of its pairs, fetching only partners' buckets
+    resolve   one task: the batch in order (a duplicate needs a *kept* partner), over the
+              confirmed pairs only
+    write     per slice its documents; per band its index rows; per bucket its shingle sets
+
+The driver holds file lists, counts and object references; rows move worker to worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import FileScanTask
+
+from fm_assets.execution.compute import Progress, get, run_tasks
+from fm_assets.execution.near_dedup_tasks import (
+    SHINGLE_BUCKETS,
+    band_candidates,
+    confirm_pairs,
+    resolve,
+    sketch_slice,
+    write_band,
+    write_shingles,
+)
+from fm_assets.execution.planning import table_slices
+from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, write_result
+from fm_assets.settings import Settings
+from fm_assets.stages.neardup import NearDupStage
+from fm_assets.storage import catalog
+from fm_assets.storage.data_files import TableHandle, plan_files, read_files, table_handle
+
+MAX_ROUTES = 64
+
+
+def run_near_dedup(
+    settings: Settings,
+    stage: NearDupStage,
+    source: TableHandle,
+    files: Sequence[FileScanTask],
+    outputs: Outputs,
+    cpus: int,
+    progress: Progress,
+) -> tuple[list[SliceOutcome], dict[str, list[DataFile]]]:
+    """Decide the batch's near-duplicates on Ray; return slice outcomes and the index files."""
+    import ray
+
+    config, batch_id = stage.minhash, outputs.batch_id
+    bands = config.bands
+    slices = table_slices(files, cpus)
+    if len(slices) >= 1 << 31:
+        raise ValueError("a batch of over 2**31 slices cannot be near-deduplicated at once")
+    remote = ray.remote(num_cpus=1, max_retries=2)
+    sketch = remote(sketch_slice).options(num_returns=1 + bands + SHINGLE_BUCKETS)
+    sketched: list[list[Any]] = [sketch.remote(source, s, i, config) for i, s in enumerate(slices)]  # type: ignore[misc]
+    rows_in = sum(
+        run_tasks(lambda i: sketched[i][0], len(slices), progress=progress, label="sketch")
+    )
+
+    index = table_handle(settings, "neardup_index")
+    shingles = table_handle(settings, "neardup_shingles")
+    others = catalog.where_not_equal("batch_id", batch_id)
+    routes = min(len(slices), MAX_ROUTES) or 1
+    candidates = remote(band_candidates).options(num_returns=1 + routes)
+    paired: list[list[Any]] = [  # type: ignore[misc]
+        candidates.remote(
+            b,
+            index,
+            _index_files(settings, catalog.where_all(others, catalog.where_equal("band", b))),
+            batch_id,
+            routes,
+            *[refs[1 + b] for refs in sketched],
+        )
+        for b in range(bands)
+    ]
+    # Files of other batches' shingle sets (and the index's band-0 rows, which held them before
+    # `neardup_shingles` existed): put once, shared by every confirming task.
+    stored = ray.put(_index_files(settings, others, "neardup_shingles"))
+    legacy = ray.put(
+        _index_files(settings, catalog.where_all(others, catalog.where_equal("band", 0)))
+    )
+    shingle_refs = [[refs[1 + bands + k] for k in range(SHINGLE_BUCKETS)] for refs in sketched]
+    confirm = remote(confirm_pairs)
+    confirmed = [
+        confirm.remote(
+            i,
+            config,
+            shingle_refs,
+            shingles,
+            stored,
+            index,
+            legacy,
+            *[refs[1 + i % routes] for refs in paired],
+        )
+        for i in range(len(slices))
+    ]
+    preexisting = [get(refs[0]) for refs in paired]  # ids other batches indexed: usually none
+    duplicates, found = remote(resolve).options(num_returns=2).remote(preexisting, *confirmed)
+    progress(f"{stage.name}: {get(found)} near-duplicates among {rows_in} documents")
+
+    band_writer, bucket_writer = remote(write_band), remote(write_shingles)
+    index_files = run_tasks(
+        lambda b: band_writer.remote(
+            index,
+            b,
+            batch_id,
+            config,
+            duplicates,
+            preexisting,
+            outputs.write_id,
+            *[refs[1 + b] for refs in sketched],
+        ),
+        bands,
+        label="index",
+    )
+    shingle_files = run_tasks(
+        lambda k: bucket_writer.remote(
+            shingles,
+            k,
+            batch_id,
+            duplicates,
+            preexisting,
+            outputs.write_id,
+            *[refs[1 + bands + k] for refs in sketched],
+        ),
+        SHINGLE_BUCKETS,
+        label="shingles",
+    )
+    writer = remote(_write_slice)
+    outcomes = run_tasks(
+        lambda i: writer.remote(stage, source, slices[i], i, duplicates, outputs),
+        len(slices),
+        progress=progress,
+        label=stage.name,
+    )
+    extra = {
+        "neardup_index": [f for files_ in index_files for f in files_],
+        "neardup_shingles": [f for files_ in shingle_files for f in files_],
+    }
+    return outcomes, extra
+
+
+def _index_files(
+    settings: Settings, where: Any, table: str = "neardup_index"
+) -> list[FileScanTask]:
+    if catalog.current_snapshot_id(settings, table) is None:
+        return []
+    return plan_files(settings, table, where, None)
+
+
+def _write_slice(
+    stage: NearDupStage,
+    source: TableHandle,
+    tasks: list[FileScanTask],
+    slice_no: int,
+    duplicates: pa.Table,
+    outputs: Outputs,
+) -> SliceOutcome:
+    """Read the slice again, quarantine its near-duplicates, write its data files."""
+    batch = read_files(source, tasks)
+    mine = {
+        pos & 0xFFFFFFFF: (doc, home, j)
+        for pos, doc, home, j in zip(
+            *(
+                duplicates.column(c).to_pylist()
+                for c in ("pos", "duplicate_of", "batch", "jaccard")
+            ),
+            strict=True,
+        )
+        if pos >> 32 == slice_no
+    }
+    result = stage.apply(batch, mine)
+    bytes_in = sum(t.file.file_size_in_bytes for t in tasks)
+    return write_result(result, outputs, slice_no, records_in=batch.num_rows, bytes_in=bytes_in)

@@ -1,0 +1,379 @@
+"""The Ray tasks of distributed near-deduplication; `execution.near_dedup` orchestrates them.
+
+Positions: a document's place in the batch order is `slice << 32 | row`, so sorting positions
+sorts the batch as the slices read it. A document is *active* when it has shingles; only active
+documents are candidates, duplicates or index entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.table import FileScanTask
+
+from fm_assets.curation.minhash.signatures import MinHashConfig, jaccard, sketch
+from fm_assets.storage import catalog
+from fm_assets.storage.data_files import TableHandle, partition_value, read_files, write_files
+
+SHINGLE_BUCKETS = 16
+# A band hash shared by a huge cluster of a batch's documents would make quadratic pairs; each
+# document is compared with the first this-many documents of its batch holding the same hash
+# (its cluster's first, kept, document is among them).
+MAX_IN_BATCH_PARTNERS = 1_000
+
+BAND_ROWS = pa.schema(
+    [
+        pa.field("band_hash", pa.int64(), nullable=False),  # uint64 bits
+        pa.field("pos", pa.int64(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+    ]
+)
+SHINGLES = pa.schema(
+    [
+        pa.field("pos", pa.int64(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("shingle_hashes", pa.list_(pa.int64()), nullable=False),
+    ]
+)
+PAIRS = pa.schema(
+    [
+        pa.field("pos", pa.int64(), nullable=False),
+        pa.field("partner_pos", pa.int64(), nullable=False),  # -1: a document of another batch
+        pa.field("partner_doc", pa.string(), nullable=False),
+        pa.field("partner_batch", pa.string(), nullable=False),
+    ]
+)
+CONFIRMED = pa.schema([*PAIRS, pa.field("jaccard", pa.float64(), nullable=False)])
+DUPLICATES = pa.schema(
+    [
+        pa.field("pos", pa.int64(), nullable=False),
+        pa.field("duplicate_of", pa.string(), nullable=False),
+        pa.field("batch", pa.string(), nullable=False),
+        pa.field("jaccard", pa.float64(), nullable=False),
+    ]
+)
+
+
+def shingle_bucket(doc_id: str) -> int:
+    return int(doc_id[8:16], 16) % SHINGLE_BUCKETS
+
+
+def sketch_slice(
+    source: TableHandle, tasks: list[FileScanTask], slice_no: int, config: MinHashConfig
+) -> tuple[Any, ...]:
+    """(row count, one BAND_ROWS table per band, one SHINGLES table per bucket) of a slice."""
+    docs = read_files(source, tasks, ("doc_id", "text"))
+    made = sketch(docs.column("text").to_pylist(), config)
+    doc_ids = docs.column("doc_id").to_pylist()
+    active = [i for i, s in enumerate(made.shingles) if s.size]
+    pos = np.array([(slice_no << 32) | i for i in active], dtype=np.int64)
+    ids = pa.array([doc_ids[i] for i in active], pa.string())
+    bands = made.bands[active].view(np.int64) if active else np.zeros((0, config.bands), np.int64)
+    band_tables = [
+        pa.table({"band_hash": bands[:, b], "pos": pos, "doc_id": ids}, schema=BAND_ROWS)
+        for b in range(config.bands)
+    ]
+    buckets = np.array([shingle_bucket(doc_ids[i]) for i in active], dtype=np.int64)
+    shingles = pa.table(
+        {
+            "pos": pos,
+            "doc_id": ids,
+            "shingle_hashes": pa.array(
+                [made.shingles[i].view(np.int64) for i in active], pa.list_(pa.int64())
+            ),
+        },
+        schema=SHINGLES,
+    )
+    bucket_tables = [shingles.filter(pa.array(buckets == k)) for k in range(SHINGLE_BUCKETS)]
+    return (docs.num_rows, *band_tables, *bucket_tables)
+
+
+def band_candidates(
+    band: int,
+    others: TableHandle,
+    other_files: list[FileScanTask],
+    batch_id: str,
+    routes: int,
+    *tables: pa.Table,
+) -> tuple[Any, ...]:
+    """Candidate pairs sharing one band's hash: (this batch's preexisting positions, then pairs
+    routed by the slice of `pos`). A document whose id another batch already indexed is
+    *preexisting*: kept as it is, without new index rows."""
+    batch = pa.concat_tables(tables) if tables else BAND_ROWS.empty_table()
+    earlier = (
+        read_files(
+            others,
+            other_files,
+            ("doc_id", "band_hash", "batch_id"),
+            catalog.where_equal("band", band),  # files of older versions hold every band
+        )
+        if other_files
+        else pa.table({"doc_id": [], "band_hash": [], "batch_id": []}, schema=_INDEX_LOOKUP)
+    )
+    known = set(earlier.column("doc_id").to_pylist())
+    ids = batch.column("doc_id").to_pylist()
+    preexisting = sorted(
+        {p for p, d in zip(batch.column("pos").to_pylist(), ids, strict=True) if d in known}
+    )
+    pairs: list[dict[str, object]] = []
+    by_hash: dict[int, list[tuple[str, str]]] = {}
+    for doc, h, b in zip(
+        *(earlier.column(c).to_pylist() for c in ("doc_id", "band_hash", "batch_id")), strict=True
+    ):
+        by_hash.setdefault(h, []).append((doc, b))
+    in_batch: dict[int, list[tuple[int, str]]] = {}  # the first MAX_IN_BATCH_PARTNERS per hash
+    rows = batch.sort_by("pos")
+    for h, pos, doc in zip(
+        *(rows.column(c).to_pylist() for c in ("band_hash", "pos", "doc_id")), strict=True
+    ):
+        for other_doc, other_batch in by_hash.get(h, ()):
+            if other_doc != doc:
+                pairs.append(
+                    {
+                        "pos": pos,
+                        "partner_pos": -1,
+                        "partner_doc": other_doc,
+                        "partner_batch": other_batch,
+                    }
+                )
+        for other_pos, other_doc in in_batch.get(h, ()):
+            pairs.append(
+                {
+                    "pos": pos,
+                    "partner_pos": other_pos,
+                    "partner_doc": other_doc,
+                    "partner_batch": batch_id,
+                }
+            )
+        earlier_here = in_batch.setdefault(h, [])
+        if len(earlier_here) < MAX_IN_BATCH_PARTNERS:
+            earlier_here.append((pos, doc))
+    table = pa.Table.from_pylist(pairs, schema=PAIRS)
+    route = (table.column("pos").to_numpy() >> 32) % routes
+    routed = [table.filter(pa.array(route == r)) for r in range(routes)]
+    return (pa.array(preexisting, pa.int64()), *routed)
+
+
+_INDEX_LOOKUP = pa.schema(
+    [
+        pa.field("doc_id", pa.string()),
+        pa.field("band_hash", pa.int64()),
+        pa.field("batch_id", pa.string()),
+    ]
+)
+
+
+def confirm_pairs(
+    slice_no: int,
+    config: MinHashConfig,
+    shingle_refs: list[list[Any]],
+    stored: TableHandle,
+    stored_files: list[FileScanTask],
+    index: TableHandle,
+    legacy_files: list[FileScanTask],
+    *pair_tables: pa.Table,
+) -> pa.Table:
+    """The pairs of this slice's documents whose exact shingle Jaccard reaches the threshold.
+
+    `shingle_refs[slice][bucket]` are the batch's shingle tables, fetched only where a partner
+    lives; other batches' shingles come from `stored` (the `neardup_shingles` table), or for
+    batches indexed before it existed, from the band-0 rows of `index`.
+    """
+    import ray
+
+    pairs = pa.concat_tables(pair_tables) if pair_tables else PAIRS.empty_table()
+    mine = (pairs.column("pos").to_numpy() >> 32) == slice_no
+    pairs = pairs.filter(pa.array(mine)).group_by(PAIRS.names).aggregate([])  # one per pair
+    if pairs.num_rows == 0:
+        return CONFIRMED.empty_table()
+    need: set[tuple[int, int]] = {(slice_no, k) for k in range(SHINGLE_BUCKETS)}
+    for partner_pos, doc in zip(
+        pairs.column("partner_pos").to_pylist(),
+        pairs.column("partner_doc").to_pylist(),
+        strict=True,
+    ):
+        if partner_pos >= 0:
+            need.add((partner_pos >> 32, shingle_bucket(doc)))
+    shingles_of_pos: dict[int, np.ndarray[Any, Any]] = {}
+    for s, k in sorted(need):
+        table = ray.get(shingle_refs[s][k])
+        for p, values in zip(
+            table.column("pos").to_pylist(),
+            table.column("shingle_hashes").to_numpy(zero_copy_only=False),
+            strict=True,
+        ):
+            shingles_of_pos[p] = np.asarray(values, dtype=np.int64).view(np.uint64)
+    outside = sorted(
+        {
+            d
+            for d, p in zip(
+                pairs.column("partner_doc").to_pylist(),
+                pairs.column("partner_pos").to_pylist(),
+                strict=True,
+            )
+            if p < 0
+        }
+    )
+    shingles_of_doc = stored_shingles(stored, stored_files, outside)
+    missing = [d for d in outside if d not in shingles_of_doc]
+    if missing:
+        shingles_of_doc |= legacy_shingles(index, legacy_files, missing)
+    confirmed = []
+    for row in pairs.to_pylist():
+        own = shingles_of_pos[row["pos"]]
+        other = (
+            shingles_of_pos.get(row["partner_pos"])
+            if row["partner_pos"] >= 0
+            else shingles_of_doc.get(row["partner_doc"])
+        )
+        if other is None:
+            raise RuntimeError(
+                f"no shingles stored for near-dup candidate {row['partner_doc']}; rebuild the index"
+            )
+        j = jaccard(own, other)
+        if j >= config.threshold:
+            confirmed.append({**row, "jaccard": j})
+    return pa.Table.from_pylist(confirmed, schema=CONFIRMED)
+
+
+def stored_shingles(
+    stored: TableHandle, files: Sequence[FileScanTask], doc_ids: Sequence[str]
+) -> dict[str, np.ndarray[Any, Any]]:
+    """Shingle sets of documents of other batches, reading only the buckets they fall in."""
+    if not doc_ids:
+        return {}
+    wanted = set(doc_ids)
+    buckets = {shingle_bucket(d) for d in wanted}
+    chosen = [f for f in files if partition_value(stored, f, "bucket") in buckets]
+    table = read_files(
+        stored, chosen, ("doc_id", "shingle_hashes"), catalog.where_in("doc_id", sorted(wanted))
+    )
+    found: dict[str, np.ndarray[Any, Any]] = {}
+    for doc, values in zip(
+        table.column("doc_id").to_pylist(),
+        table.column("shingle_hashes").to_numpy(zero_copy_only=False),
+        strict=True,
+    ):
+        if doc in wanted:
+            found[doc] = np.asarray(values, dtype=np.int64).view(np.uint64)
+    return found
+
+
+def legacy_shingles(
+    index: TableHandle, files: Sequence[FileScanTask], doc_ids: Sequence[str]
+) -> dict[str, np.ndarray[Any, Any]]:
+    """Shingle sets kept on band-0 index rows by platform versions before `neardup_shingles`."""
+    wanted = set(doc_ids)
+    table = read_files(
+        index, files, ("doc_id", "shingle_hashes"), catalog.where_in("doc_id", sorted(wanted))
+    )
+    found: dict[str, np.ndarray[Any, Any]] = {}
+    docs = table.column("doc_id").to_pylist()
+    values = table.column("shingle_hashes").to_pylist()
+    for doc, shingles in zip(docs, values, strict=True):
+        if doc in wanted and shingles is not None:
+            found[doc] = np.asarray(shingles, dtype=np.int64).view(np.uint64)
+    return found
+
+
+def resolve(preexisting: Sequence[pa.Array], *confirmed: pa.Table) -> tuple[pa.Table, int]:
+    """Decide the batch in order: a document is a duplicate of its best confirmed partner that is
+    kept (another batch's, or an earlier kept one of this batch). Ties: another batch's document
+    first, then the lowest id or position."""
+    skip = {p for array in preexisting for p in array.to_pylist()}
+    pairs = pa.concat_tables(confirmed) if confirmed else CONFIRMED.empty_table()
+    by_pos: dict[int, list[dict[str, Any]]] = {}
+    for row in pairs.to_pylist():
+        by_pos.setdefault(row["pos"], []).append(row)
+    duplicates: dict[int, dict[str, Any]] = {}
+    for pos in sorted(by_pos):
+        if pos in skip:
+            continue
+        eligible = [
+            r
+            for r in by_pos[pos]
+            if r["partner_pos"] < 0
+            or (r["partner_pos"] not in duplicates and r["partner_pos"] not in skip)
+        ]
+        if not eligible:
+            continue
+        best = min(
+            eligible,
+            key=lambda r: (
+                -r["jaccard"],
+                r["partner_pos"] >= 0,
+                r["partner_doc"],
+                r["partner_pos"],
+            ),
+        )
+        duplicates[pos] = {
+            "pos": pos,
+            "duplicate_of": best["partner_doc"],
+            "batch": best["partner_batch"],
+            "jaccard": best["jaccard"],
+        }
+    table = pa.Table.from_pylist(list(duplicates.values()), schema=DUPLICATES)
+    return table, table.num_rows
+
+
+def _kept_mask(
+    pos: pa.ChunkedArray, duplicates: pa.Table, preexisting: Sequence[pa.Array]
+) -> pa.Array:
+    """Which of `pos` become index entries: neither duplicates nor already indexed elsewhere."""
+    dropped = pa.concat_arrays([duplicates.column("pos").combine_chunks(), *preexisting])
+    return pc.invert(pc.is_in(pos, value_set=dropped))
+
+
+def write_band(
+    index: TableHandle,
+    band: int,
+    batch_id: str,
+    config: MinHashConfig,
+    duplicates: pa.Table,
+    preexisting: list[pa.Array],
+    write_id: Any,
+    *band_tables: pa.Table,
+) -> list[Any]:
+    """This batch's `neardup_index` rows of one band: its kept documents' band hashes."""
+    rows = pa.concat_tables(band_tables) if band_tables else BAND_ROWS.empty_table()
+    rows = rows.filter(_kept_mask(rows.column("pos"), duplicates, preexisting))
+    n = rows.num_rows
+    table = pa.table(
+        {
+            "batch_id": pa.array([batch_id] * n, pa.string()),
+            "doc_id": rows.column("doc_id"),
+            "band": pa.array([band] * n, pa.int32()),
+            "band_hash": rows.column("band_hash"),
+            "shingle_hashes": pa.nulls(n, pa.list_(pa.int64())),
+            "index_config": pa.array([config.index_config] * n, pa.string()),
+        }
+    )
+    return write_files(index, table, write_id, 2_000_000 + band)
+
+
+def write_shingles(
+    stored: TableHandle,
+    bucket: int,
+    batch_id: str,
+    duplicates: pa.Table,
+    preexisting: list[pa.Array],
+    write_id: Any,
+    *bucket_tables: pa.Table,
+) -> list[Any]:
+    """This batch's `neardup_shingles` rows of one bucket: its kept documents' shingle sets."""
+    rows = pa.concat_tables(bucket_tables) if bucket_tables else SHINGLES.empty_table()
+    rows = rows.filter(_kept_mask(rows.column("pos"), duplicates, preexisting))
+    n = rows.num_rows
+    table = pa.table(
+        {
+            "batch_id": pa.array([batch_id] * n, pa.string()),
+            "bucket": pa.array([bucket] * n, pa.int32()),
+            "doc_id": rows.column("doc_id"),
+            "shingle_hashes": rows.column("shingle_hashes"),
+        }
+    )
+    return write_files(stored, table, write_id, 3_000_000 + bucket)

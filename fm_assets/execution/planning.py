@@ -1,0 +1,118 @@
+"""Cutting a batch into slices for Ray tasks: landed files into parts (large files split where
+their records allow), and a table partition into groups of its data files. The driver plans from
+file sizes and metadata only; it never reads a record."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import pyarrow as pa
+from pyiceberg.table import FileScanTask
+
+from fm_assets.formats.splitting import gzip_split_points, line_split_points
+from fm_assets.settings import Settings
+from fm_assets.stages.raw import LANDED_PARTS
+from fm_assets.storage.landing import BatchManifest, LandedFile
+from fm_assets.storage.objectstore import filesystem_for, open_object_store
+
+T = TypeVar("T")
+SLICES_PER_CPU = 4  # several per CPU: one slow slice then holds up the stage less at the end
+MIN_SLICE_BYTES = 256 << 10
+MAX_SLICE_BYTES = 64 << 20
+_GZIP_ARCHIVES = (".warc.gz", ".wet.gz", ".arc.gz")
+_LINE_FILES = (".jsonl", ".json", ".ndjson")
+
+
+def slice_bytes(total: int, cpus: int) -> int:
+    """The bytes one slice should hold: the batch over several slices per CPU, within bounds."""
+    return max(MIN_SLICE_BYTES, min(MAX_SLICE_BYTES, total // max(1, SLICES_PER_CPU * cpus)))
+
+
+def group_by_weight(items: Sequence[T], weight: Callable[[T], int], target: int) -> list[list[T]]:
+    """Consecutive groups of `items`, each closed once its weight reaches `target` (order kept)."""
+    groups: list[list[T]] = []
+    current: list[T] = []
+    size = 0
+    for item in items:
+        current.append(item)
+        size += weight(item)
+        if size >= target:
+            groups.append(current)
+            current, size = [], 0
+    if current:
+        groups.append(current)
+    return groups
+
+
+def table_slices(tasks: Sequence[FileScanTask], cpus: int) -> list[list[FileScanTask]]:
+    """A table partition's data files, grouped into slices of similar size."""
+    ordered = sorted(tasks, key=lambda t: t.file.file_path)  # plan order is not stable
+    total = sum(t.file.file_size_in_bytes for t in ordered)
+    return group_by_weight(ordered, lambda t: t.file.file_size_in_bytes, slice_bytes(total, cpus))
+
+
+def splittable(landed: LandedFile) -> str | None:
+    """How a landed file could be split: "gzip" members, "lines", or None (read whole)."""
+    name = landed.name.lower()
+    if name.endswith(_GZIP_ARCHIVES):
+        return "gzip"
+    if name.endswith(_LINE_FILES):
+        return "lines"
+    return None
+
+
+def split_points(
+    uri: str, kind: str, size: int, part_bytes: int, s3_endpoint: str | None
+) -> list[int]:
+    """Where one landed file's parts start (runs on a worker: gzip files are read once)."""
+    fs, path = filesystem_for(uri, s3_endpoint)
+    with fs.open_input_file(path) as stream:
+        if kind == "gzip":
+            return gzip_split_points(stream, part_bytes)  # type: ignore[arg-type]
+        return line_split_points(stream, size, part_bytes)  # type: ignore[arg-type]
+
+
+def landed_parts(
+    settings: Settings,
+    manifest: BatchManifest,
+    points: dict[str, list[int]],
+) -> pa.Table:
+    """LANDED_PARTS rows of a batch: each file whole, or cut at `points[file sha256]`."""
+    store = open_object_store(settings)
+    rows: list[dict[str, object]] = []
+    for landed in manifest.files:
+        starts = points.get(landed.sha256, [0])
+        for i, start in enumerate(starts):
+            end = starts[i + 1] if i + 1 < len(starts) else -1
+            rows.append(
+                {
+                    "batch_id": manifest.batch_id,
+                    "file_name": landed.name,
+                    "file_sha256": landed.sha256,
+                    "file_uri": store.uri(landed.key),
+                    "source": manifest.source,
+                    "license": manifest.license,
+                    "namespace": manifest.namespace,
+                    "part": len(rows),
+                    "start": start,
+                    "end": end,
+                    "whole_file": len(starts) == 1,
+                    "first_index": 0,
+                    "file_items": -1,
+                }
+            )
+    return pa.Table.from_pylist(rows, schema=LANDED_PARTS)
+
+
+def part_bytes(parts: pa.Table, sizes: dict[str, int]) -> list[int]:
+    """Bytes of each part (its range, or the rest of its file)."""
+    out = []
+    for sha, start, end in zip(
+        parts.column("file_sha256").to_pylist(),
+        parts.column("start").to_pylist(),
+        parts.column("end").to_pylist(),
+        strict=True,
+    ):
+        out.append((end if end >= 0 else sizes[sha]) - start)
+    return out

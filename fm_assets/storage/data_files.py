@@ -1,0 +1,158 @@
+"""Iceberg data files written and read by Ray workers, committed by the driver.
+
+The driver plans (which data files a batch partition holds) and commits (one transaction per table:
+drop the partition's old files, add the new ones); workers read their own data files and write
+their own Parquet data files straight to the warehouse. Nothing but file lists crosses to the
+driver, so its memory does not grow with the batch.
+
+A data file written for a run that never commits is unreferenced: readers go through snapshots,
+so they never see it.
+"""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.expressions import BooleanExpression
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import ArrowScan, write_file
+from pyiceberg.manifest import DataFile
+from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
+from pyiceberg.table import FileScanTask, WriteTask
+from pyiceberg.table.metadata import TableMetadata
+
+from fm_assets.settings import Settings
+from fm_assets.storage import catalog
+
+
+@dataclass(frozen=True)
+class TableHandle:
+    """What a worker needs to read or write one table's data files; picklable, built by the
+    driver once per stage run (`table_handle`)."""
+
+    name: str
+    io: FileIO
+    metadata: TableMetadata
+    schema: pa.Schema  # the platform's Arrow schema of the table
+
+
+def table_handle(settings: Settings, name: str) -> TableHandle:
+    table = catalog.load_table(settings, name)
+    return TableHandle(name, table.io, table.metadata, catalog.table_schema(name))
+
+
+def plan_files(
+    settings: Settings, name: str, row_filter: BooleanExpression, snapshot_id: int | None
+) -> list[FileScanTask]:
+    """The data files holding rows of `name` that match `row_filter` at `snapshot_id`."""
+    table = catalog.load_table(settings, name)
+    scan = table.scan(row_filter=row_filter, snapshot_id=snapshot_id)
+    return list(scan.plan_files())
+
+
+def partition_value(handle: TableHandle, task: FileScanTask, column: str) -> object:
+    """The value of identity partition `column` for a data file (None if not partitioned by it)."""
+    schema = handle.metadata.schema()
+    for spec in handle.metadata.partition_specs:
+        if spec.spec_id != task.file.spec_id:
+            continue
+        for position, field in enumerate(spec.fields):
+            if schema.find_field(field.source_id).name == column:
+                return task.file.partition[position]
+    return None
+
+
+def read_files(
+    handle: TableHandle,
+    tasks: Sequence[FileScanTask],
+    columns: Sequence[str] | None = None,
+    row_filter: BooleanExpression = catalog.ALWAYS_TRUE,
+) -> pa.Table:
+    """The rows of `tasks` matching `row_filter` (on a worker), typed as the platform's schema."""
+    schema = handle.metadata.schema()
+    projected = schema.select(*columns) if columns else schema
+    scan = ArrowScan(handle.metadata, handle.io, projected, row_filter=row_filter)
+    data = scan.to_table(list(tasks))
+    wanted = pa.schema([handle.schema.field(c) for c in columns]) if columns else handle.schema
+    return catalog.conform(data, wanted)
+
+
+def write_files(
+    handle: TableHandle, data: pa.Table, write_id: uuid.UUID, task_id: int
+) -> list[DataFile]:
+    """Write `data` as Parquet data files of the table (one per partition); return them.
+
+    `write_id` names the stage run and `task_id` the task: together they make each file's name
+    unique, so a retried task writes new files instead of overwriting a committed one.
+    """
+    if data.num_rows == 0:
+        return []
+    data = catalog.conform(data, handle.schema)
+    schema, spec = handle.metadata.schema(), handle.metadata.spec()
+    fields = [(f, schema.find_field(f.source_id).name) for f in spec.fields]
+    tasks = []
+    for part, values in enumerate(_partition_values(data, [name for _, name in fields])):
+        rows = data
+        for (_, name), value in zip(fields, values, strict=True):
+            rows = rows.filter(
+                pc.equal(rows.column(name), pa.scalar(value, rows.schema.field(name).type))
+            )
+        key = (
+            PartitionKey(
+                field_values=[
+                    PartitionFieldValue(field, value)
+                    for (field, _), value in zip(fields, values, strict=True)
+                ],
+                partition_spec=spec,
+                schema=schema,
+            )
+            if fields
+            else None
+        )
+        tasks.append(
+            WriteTask(
+                write_uuid=write_id,
+                task_id=task_id * 10_000 + part,
+                schema=schema,
+                record_batches=rows.to_batches(),
+                partition_key=key,
+            )
+        )
+    return list(write_file(handle.io, handle.metadata, iter(tasks)))
+
+
+def _partition_values(data: pa.Table, columns: list[str]) -> list[tuple[object, ...]]:
+    if not columns:
+        return [()]
+    unique = data.select(columns).group_by(columns).aggregate([])
+    return sorted(zip(*(unique.column(c).to_pylist() for c in columns), strict=True), key=repr)
+
+
+def commit_files(
+    settings: Settings,
+    name: str,
+    replace: BooleanExpression,
+    data_files: Sequence[DataFile],
+    properties: dict[str, str],
+) -> int:
+    """One transaction: remove the rows matching `replace` and add `data_files`; return the new
+    snapshot id. Readers see the old rows or the new ones, never a mix; a crash before the commit
+    leaves the old snapshot in place."""
+    table = catalog.load_table(settings, name)
+    with warnings.catch_warnings():
+        # A first run of a batch has nothing to delete; pyiceberg warns about that, harmlessly.
+        warnings.filterwarnings("ignore", message="Delete operation did not match any records")
+        with table.transaction() as tx:
+            tx.delete(replace, snapshot_properties=properties)
+            with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
+                for data_file in data_files:
+                    append.append_data_file(data_file)
+    snapshot = table.refresh().current_snapshot()
+    if snapshot is None:
+        raise RuntimeError(f"table {name} has no snapshot after a commit")
+    return snapshot.snapshot_id
