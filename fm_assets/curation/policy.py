@@ -19,10 +19,10 @@ kept. Policies live in a TOML file named by `FM_POLICY_FILE`, keyed by the landi
 
 `extractor` picks the HTML main-text extractor of the extract stage. On the article-extraction
 benchmark (181 pages, `bench/results/parsers.md`) trafilatura, the default, scores macro token
-F1 0.961 at ~10 pages/s per core; resiliparse 0.933 (lower precision: it keeps more boilerplate)
-at ~50x the speed. Choose resiliparse for a dataset whose volume makes trafilatura the bottleneck
-and whose quality filters downstream remove the extra boilerplate. Changing it reruns extraction
-and everything after it for that dataset's batches.
+F1 0.961; resiliparse 0.933 (lower precision: it keeps more boilerplate) at 8x the stage's
+pages/s (15x for the library calls alone). Choose resiliparse for a dataset whose volume makes
+trafilatura the bottleneck and whose quality filters downstream remove the extra boilerplate.
+Changing it reruns extraction and everything after it for that dataset's batches.
 
 A dataset without an entry gets `DEFAULT_POLICY`: trafilatura, every language, scores stored
 but no quality threshold applied (thresholds are a per-dataset decision;

@@ -1,7 +1,7 @@
 """extracted_documents: main text of HTML pages (trafilatura or resiliparse); text passes through.
 
 The extractor is a dataset's choice (`extractor` in its policy): trafilatura (the default) scores
-macro token F1 0.961 on the article-extraction benchmark, resiliparse 0.933 at ~50x the pages/s
+macro token F1 0.961 on the article-extraction benchmark, resiliparse 0.933 at 8x the pages/s
 (`bench/results/parsers.md`).
 """
 
