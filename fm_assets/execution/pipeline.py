@@ -90,7 +90,10 @@ class StageEntry:
 
 CURATION_STAGES: tuple[StageEntry, ...] = (
     StageEntry(RawStage, _raw),
-    StageEntry(ExtractStage, lambda s, p: ExtractStage(timeout_s=s.extract_timeout_s)),
+    StageEntry(
+        ExtractStage,
+        lambda s, p: ExtractStage(timeout_s=s.extract_timeout_s, extractor=p.extractor),
+    ),
     StageEntry(NormalizeStage, lambda s, p: NormalizeStage()),
     StageEntry(
         LanguageStage,

@@ -4,9 +4,11 @@
         |
         +-- gunzip (tolerant: every byte before damage is kept) --> ContentStream
         |
-        +-- warc / wet / arc --> archive.py (warcio)  --+
-        +-- jsonl            --> jsonl.py (per line)  --+--> ParsedRecord | UnreadableRecord
-        +-- html / text      --> whole_file.py        --+    (index 0..n-1, at least one)
+        +-- warc / wet  --> fast_archive.py (fastwarc) --+
+        |                     `-- from the first record it cannot vouch for: archive.py
+        +-- arc         --> archive.py (warcio)        --+
+        +-- jsonl       --> jsonl.py (per line)        --+--> ParsedRecord | UnreadableRecord
+        +-- html / text --> whole_file.py              --+    (index 0..n-1, at least one)
 
 Bad input never raises: each problem becomes an `UnreadableRecord` whose `rule` is a `Rule`
 code and whose `reason` says what was wrong and where. Archive records that are not documents

@@ -1,9 +1,11 @@
 """WARC (0.18 to 1.1, WET included) and legacy ARC archives -> documents, read with warcio.
 
-Per record: `response`, `resource` and `conversion` records are documents when their HTTP (or
-record) Content-Type is HTML or plain text; every other record type is counted in `ReadStats`
-and skipped. After each record warcio is made to read to its end, so a record cut off by the end
-of the data or followed by stray bytes is caught before it is yielded.
+The reference reader: ARC files are read here, and every WARC or WET from the first record the
+fastwarc reader (`fast_archive.py`) cannot vouch for. Per record: `response`, `resource` and
+`conversion` records are documents when their HTTP (or record) Content-Type is HTML or plain
+text; every other record type is counted in `ReadStats` and skipped. After each record warcio is
+made to read to its end, so a record cut off by the end of the data or followed by stray bytes
+is caught before it is yielded.
 """
 
 from __future__ import annotations
@@ -51,15 +53,22 @@ def read_archive(
     numbering: RecordNumbering,
     stats: ReadStats,
     max_record_bytes: int,
+    first_record_number: int = 1,
 ) -> Iterator[FileItem]:
-    """Yield the documents and unreadable records of a WARC, WET or ARC (`archive_format`)."""
+    """Yield the documents and unreadable records of a WARC, WET or ARC (`archive_format`).
+
+    `first_record_number` is the number, in reasons, of the first record `content` holds (a
+    reader taking over mid-file passes the number of the record it hands over).
+    """
     # ARC records are converted to WARC ones. A WARC is parsed strictly as WARC: warcio would
     # otherwise take any stray line of five words for an ARC record header.
     if archive_format == "arc":
         iterator = ArchiveIterator(content, arc2warc=True)
     else:
         iterator = WARCIterator(content)
-    yield from _ArchiveReader(content, iterator, numbering, stats, max_record_bytes).items()
+    reader = _ArchiveReader(content, iterator, numbering, stats, max_record_bytes)
+    reader.set_first_record_number(first_record_number)
+    yield from reader.items()
 
 
 class _ArchiveReader:
@@ -79,6 +88,10 @@ class _ArchiveReader:
         self._stats = stats
         self._max_record_bytes = max_record_bytes
         self._record_number = 0  # of the record being read, from 1
+
+    def set_first_record_number(self, number: int) -> None:
+        """Number the first record `number` (in reasons) instead of 1."""
+        self._record_number = number - 1
 
     def items(self) -> Iterator[FileItem]:
         """Yield items until the data ends or can no longer be parsed."""
@@ -107,14 +120,14 @@ class _ArchiveReader:
 
     def _process(self, record: ArcWarcRecord, start: int) -> _Outcome:
         """Read one record to its end and decide what it yields."""
-        label = self._label(record, start)
-        problem = _header_problem(record)
+        label = record_label(self._record_number, record, self._content.where(start))
+        problem = header_problem(record)
         if problem:
             reason = f"{label} {problem}, so the records after it cannot be located"
             return _Outcome((self._stop_item(Rule.INVALID_WARC_RECORD, reason),), stop=True)
         errors_before = self._iterator.err_count
         result = None
-        if _is_document(record):
+        if is_document_record(record):
             result = read_document(record, label, self._max_record_bytes)
         block_end = self._drain(record)
         self._iterator.read_to_end()  # consumes the blank lines after it, counts stray bytes
@@ -201,25 +214,37 @@ class _ArchiveReader:
             f"({type(exc).__name__}: {message}); the rest of the file is unreadable"
         )
 
-    def _label(self, record: ArcWarcRecord, start: int) -> str:
-        """`record #3 (response http://example.com/) at byte 1197`, for reasons."""
-        url = target_uri(record)
-        kind = record.rec_type or "no WARC-Type"
-        what = f"{kind} {url[:_MAX_URL_IN_REASON]}" if url else kind
-        return f"record #{self._record_number} ({what}) at {self._content.where(start)}"
+
+def record_label(number: int, record: ArcWarcRecord, where: str) -> str:
+    """`record #3 (response http://example.com/) at byte 1197`, for reasons."""
+    url = target_uri(record)
+    kind = record.rec_type or "no WARC-Type"
+    what = f"{kind} {url[:_MAX_URL_IN_REASON]}" if url else kind
+    return f"record #{number} ({what}) at {where}"
 
 
-def _is_document(record: ArcWarcRecord) -> bool:
-    if record.rec_type not in DOCUMENT_RECORD_TYPES:
+def is_document_record(record: ArcWarcRecord) -> bool:
+    """True for a record whose payload may be a document (not crawl bookkeeping)."""
+    return is_document_type(record.rec_type, target_uri(record))
+
+
+def is_document_type(rec_type: str | None, url: str | None) -> bool:
+    """True for a record of this WARC-Type and target URI that may hold a document."""
+    if rec_type not in DOCUMENT_RECORD_TYPES:
         return False
-    return not (target_uri(record) or "").lower().startswith(_BOOKKEEPING_URI_PREFIXES)
+    return not (url or "").lower().startswith(_BOOKKEEPING_URI_PREFIXES)
 
 
-def _header_problem(record: ArcWarcRecord) -> str | None:
+def header_problem(record: ArcWarcRecord) -> str | None:
     """What makes a record's headers unusable, or None."""
-    if not record.rec_type:
-        return "has no WARC-Type header"
     length = record.rec_headers.get_header("Content-Length")
+    return header_values_problem(record.rec_type, length)
+
+
+def header_values_problem(rec_type: str | None, length: str | None) -> str | None:
+    """What makes a record with this WARC-Type and Content-Length unusable, or None."""
+    if not rec_type:
+        return "has no WARC-Type header"
     if length is None:
         return "has no Content-Length header"
     if not length.strip().isdigit():

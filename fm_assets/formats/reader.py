@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import BinaryIO, Final
 
 from fm_assets.formats.archive import read_archive
+from fm_assets.formats.fast_archive import read_warc_fast
 from fm_assets.formats.jsonl import read_jsonl
 from fm_assets.formats.records import FileItem, ReadStats, RecordNumbering, Rule
 from fm_assets.formats.sniff import (
@@ -24,6 +25,7 @@ from fm_assets.formats.whole_file import read_whole_file
 # memory; far above any real web page, and above the 50 MB lines some corpora have.
 DEFAULT_MAX_RECORD_BYTES: Final = 256 * 1024 * 1024
 _ARCHIVE_HEAD_BYTES: Final = 256
+WARC_PARSERS: Final = ("fastwarc", "warcio")
 
 
 class FileRecordReader:
@@ -34,6 +36,10 @@ class FileRecordReader:
     revisit, crawler logs) yield nothing; after iterating, `skipped_non_documents` says how many
     there were and `stats.skipped_by_type` how many of each WARC-Type. `format` is the format
     the file was read as. The stream is read sequentially and never closed.
+
+    WARC and WET files are read with fastwarc, handing over to warcio at the first record it
+    cannot vouch for (`stats.warcio_from_record`); ARC files with warcio. Both give the same
+    items; `warc_parser="warcio"` reads WARC and WET with warcio alone (for comparisons).
     """
 
     def __init__(
@@ -42,11 +48,15 @@ class FileRecordReader:
         stream: BinaryIO,
         *,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        warc_parser: str = "fastwarc",
         file_level_items: bool = True,
     ) -> None:
         """`file_level_items=False` reads a part of a split file: an archive part holding only
         non-document records then yields nothing, since the file as a whole may hold documents."""
+        if warc_parser not in WARC_PARSERS:
+            raise ValueError(f"warc_parser must be one of {WARC_PARSERS}, not {warc_parser!r}")
         self.filename = filename
+        self.warc_parser = warc_parser
         self._file_level_items = file_level_items
         self.format: str | None = None
         self.stats = ReadStats()
@@ -91,7 +101,9 @@ class FileRecordReader:
             return
         limit = self._max_record_bytes
         if sniffed.format in ARCHIVE_FORMATS:
-            yield from read_archive(content, sniffed.format, numbering, self.stats, limit)
+            fast = sniffed.format != "arc" and self.warc_parser == "fastwarc"
+            read = read_warc_fast if fast else read_archive
+            yield from read(content, sniffed.format, numbering, self.stats, limit)
         elif sniffed.format == "jsonl":
             yield from read_jsonl(content, numbering, limit)
         else:

@@ -55,9 +55,13 @@ class Rule:
 
 @dataclass
 class ReadStats:
-    """What a file held besides its items: archive records skipped as non-documents."""
+    """What a file held besides its items: archive records skipped as non-documents, and which
+    parser read it."""
 
     skipped_by_type: Counter[str] = field(default_factory=Counter)  # WARC-Type -> count
+    # WARC/WET read with fastwarc: the record from which the warcio reader read on (damage, or
+    # a record fastwarc could not vouch for); None when fastwarc read the whole file.
+    warcio_from_record: int | None = None
 
     @property
     def skipped_non_documents(self) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import zlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -28,7 +28,13 @@ class StreamDamage:
     detail: str
 
 
-def read_head(source: BinaryIO, size: int) -> bytes:
+class Readable(Protocol):
+    """Anything with `read(size) -> bytes`: a landed file's stream, or a ContentStream."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+def read_head(source: Readable, size: int) -> bytes:
     """Read up to `size` bytes; unlike one `read`, keeps going after short reads."""
     parts: list[bytes] = []
     remaining = size
@@ -44,7 +50,7 @@ def read_head(source: BinaryIO, size: int) -> bytes:
 class _ReplayRaw(io.RawIOBase):
     """Raw stream that first replays an already-read head, then continues with the source."""
 
-    def __init__(self, head: bytes, source: BinaryIO) -> None:
+    def __init__(self, head: bytes, source: Readable) -> None:
         self._head = head
         self._source = source
         self._position = 0
@@ -143,7 +149,7 @@ class _GunzipRaw(io.RawIOBase):
 class ContentStream:
     """The readable content of one landed file: `read`, `readline` and `tell` (decompressed)."""
 
-    def __init__(self, head: bytes, source: BinaryIO, *, gzipped: bool) -> None:
+    def __init__(self, head: bytes, source: Readable, *, gzipped: bool) -> None:
         """`head` is what was already read from `source` to sniff the file."""
         self.gzipped = gzipped
         replay = _ReplayRaw(head, source)
@@ -184,3 +190,25 @@ class ContentStream:
             if collected.tell() > limit:
                 return None
         return collected.getvalue()
+
+
+class ResumedContent(ContentStream):
+    """The content of a file from offset `start` on, for a reader that takes over mid-file.
+
+    `kept` holds the bytes from `start` up to where `rest` stands (an earlier reader consumed
+    them); reading continues with `rest`. `tell` counts from `start`; `where` and `damage`
+    describe the whole file, so reasons name the same bytes as a reader that started at 0.
+    """
+
+    def __init__(self, kept: bytes, start: int, rest: ContentStream) -> None:
+        super().__init__(kept, rest, gzipped=False)
+        self.gzipped = rest.gzipped
+        self._rest = rest
+        self._start = start
+
+    @property
+    def damage(self) -> StreamDamage | None:
+        return self._rest.damage
+
+    def where(self, offset: int) -> str:
+        return self._rest.where(self._start + offset)
