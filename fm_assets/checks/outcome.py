@@ -14,3 +14,6 @@ class CheckOutcome:
     passed: bool
     description: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    # What the check read (snapshot ids, content keys): an evaluation of the same data version
+    # stands for a new one.
+    data_version: str | None = None

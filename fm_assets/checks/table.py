@@ -6,6 +6,7 @@ A check runs on a *subject*: what one materialization of its asset produced.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -25,7 +26,10 @@ from fm_assets.checks.shard_sets import (
 )
 from fm_assets.checks.versions import version_counts_match
 from fm_assets.execution import pipeline
+from fm_assets.execution.runner import up_to_date
 from fm_assets.settings import Settings
+from fm_assets.storage import catalog
+from fm_assets.storage.bookkeeping import latest_check_results
 from fm_assets.versions.dataset_version import DatasetVersion
 from fm_loader.manifest import ShardSetManifest
 
@@ -136,13 +140,63 @@ SHARD_SET_CHECKS: tuple[DataCheck[ShardSetSubject], ...] = (
 )
 
 
+def stage_data_version(settings: Settings, stage: str, stage_key: str) -> str:
+    """What a stage's checks read: its content key and its output and quarantine snapshots."""
+    snapshots = [catalog.current_snapshot_id(settings, t) for t in (stage, "quarantine")]
+    return ":".join([stage_key, *map(str, snapshots)])
+
+
+def checks_still_pass(settings: Settings, stage: str, batch_id: str, stage_key: str) -> bool:
+    """True when every check of `stage` passed on the data as it stands now."""
+    version = stage_data_version(settings, stage, stage_key)
+    results = latest_check_results(settings)
+    return all(
+        (found := results.get((stage, batch_id, check.name))) is not None
+        and bool(found["passed"])
+        and found["data_version"] == version
+        for check in checks_for(stage, BATCH_CHECKS)
+    )
+
+
+def batch_up_to_date(settings: Settings, batch_id: str) -> bool:
+    """True when every stage of `batch_id` is current and all its checks passed on that data."""
+    for name in pipeline.STAGE_NAMES:
+        key = up_to_date(settings, name, batch_id)
+        if key is None or not checks_still_pass(settings, name, batch_id, key):
+            return False
+    return True
+
+
 def checks_for(asset: str, table: tuple[DataCheck[Subject], ...]) -> tuple[DataCheck[Subject], ...]:
     """The checks of `table` that run on `asset`, in declaration order."""
     return tuple(check for check in table if asset in check.assets)
 
 
 def evaluate(
-    asset: str, table: tuple[DataCheck[Subject], ...], subject: Subject
+    asset: str,
+    table: tuple[DataCheck[Subject], ...],
+    subject: Subject,
+    data_version: str | None = None,
 ) -> list[CheckOutcome]:
-    """Run every check of `table` on `asset` against `subject`."""
-    return [check.run(subject) for check in checks_for(asset, table)]
+    """Run every check of `table` on `asset` against `subject`.
+
+    With a `data_version` (what the checks would read, e.g. snapshot ids), a check that already
+    passed on exactly that data is not run again: its earlier evaluation stands, and says so.
+    """
+    earlier = latest_check_results(subject.settings) if data_version else {}
+    partition = subject.batch_id if isinstance(subject, BatchSubject) else ""
+    outcomes = []
+    for check in checks_for(asset, table):
+        known = earlier.get((asset, partition, check.name))
+        if known and known["passed"] and known["data_version"] == data_version:
+            checked = f"{known['checked_at']:%Y-%m-%d %H:%M:%S}"
+            outcome = CheckOutcome(
+                check.name,
+                True,
+                f"{known['description']} (data unchanged since {checked})",
+                {"reused_from_run": known["run_id"]},
+            )
+        else:
+            outcome = check.run(subject)
+        outcomes.append(dataclasses.replace(outcome, data_version=data_version))
+    return outcomes

@@ -91,9 +91,14 @@ def run(batch_id: str) -> None:
 
     settings = load_settings()
     check_run_preconditions(settings, batch_id)  # before Dagster is even imported: fails fast
-    from fm_assets.commands.operations import run_batch
+    from fm_assets.checks.table import batch_up_to_date
 
-    run_batch(settings, batch_id, _echo, check_preconditions=False)
+    if batch_up_to_date(settings, batch_id):
+        _echo(f"batch {batch_id}: every stage up to date and every check passed; nothing to do")
+    else:
+        from fm_assets.commands.operations import run_batch
+
+        run_batch(settings, batch_id, _echo, check_preconditions=False)
     _echo(f"batch {batch_id}: all stages and checks passed")
     click.echo(batch_id)
 

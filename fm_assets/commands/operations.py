@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from fm_assets.checks.table import batch_up_to_date
 from fm_assets.curation.classifier.training import train_classifier as train
 from fm_assets.defs.jobs import BATCH_ASSET_KEYS
 from fm_assets.defs.materialize import (
@@ -66,6 +67,10 @@ def run_batch(
     """
     if check_preconditions:
         check_run_preconditions(settings, batch_id)
+    if batch_up_to_date(settings, batch_id):
+        # Nothing would run and every check passed on the data as it stands: no Dagster run.
+        log(f"batch {batch_id}: every stage up to date and every check passed; nothing to do")
+        return
     add_partitions(settings, landing_batches, [batch_id])
     materialize(settings, [k.to_user_string() for k in BATCH_ASSET_KEYS], batch_id, log)
 

@@ -51,6 +51,7 @@ def to_check_result(
         passed=outcome.passed,
         description=outcome.description,
         run_id=run_id,
+        data_version=outcome.data_version,
     )
     metadata = {"description": outcome.description, **outcome.metadata}
     return dg.AssetCheckResult(

@@ -7,7 +7,7 @@ import dataclasses
 
 import dagster as dg
 
-from fm_assets.checks.table import BATCH_CHECKS, BatchSubject, evaluate
+from fm_assets.checks.table import BATCH_CHECKS, BatchSubject, evaluate, stage_data_version
 from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.landing import LANDING_BATCH
 from fm_assets.defs.partitions import landing_batches
@@ -40,11 +40,13 @@ def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.A
             run_id=context.run.run_id,
             progress=progress_logger(context),
         )
+        # The checks read the output and the quarantine as they stand now: if neither changed
+        # since a passing evaluation (a rerun that had nothing to do), that evaluation stands.
+        data_version = stage_data_version(settings, entry.name, report.stage_key)
+        subject = BatchSubject(settings, entry.name, batch_id)
         checks = [
             to_check_result(settings, key, batch_id, outcome, context.run.run_id)
-            for outcome in evaluate(
-                entry.name, BATCH_CHECKS, BatchSubject(settings, entry.name, batch_id)
-            )
+            for outcome in evaluate(entry.name, BATCH_CHECKS, subject, data_version)
         ]
         metadata = {
             k: dg.MetadataValue.json(v) if isinstance(v, dict) else v

@@ -104,6 +104,14 @@ def _plan(settings: Settings, stage_name: str, batch_id: str) -> _Plan:
     return _Plan(stage, manifest, upstream, key, snapshot, kept, earlier)
 
 
+def up_to_date(settings: Settings, stage_name: str, batch_id: str) -> str | None:
+    """The stage key of the committed run of `stage_name` for `batch_id` if it is current (its
+    content key unchanged), else None."""
+    plan = _plan(settings, stage_name, batch_id)
+    last = latest_stage_run(settings, batch_id, stage_name)
+    return plan.stage_key if last is not None and last["stage_key"] == plan.stage_key else None
+
+
 def run_stage(
     settings: Settings,
     stage_name: str,

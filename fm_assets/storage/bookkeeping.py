@@ -50,6 +50,7 @@ CHECK_RESULTS = sa.Table(
     sa.Column("passed", sa.Boolean, nullable=False),
     sa.Column("description", sa.Text, nullable=False),
     sa.Column("run_id", sa.String(255), nullable=True),
+    sa.Column("data_version", sa.String(512), nullable=True),  # what the check read
     sa.Column("checked_at", sa.DateTime(timezone=True), nullable=False),
     sa.Index("fm_check_results_lookup", "namespace", "asset", "partition", "check_name"),
 )
@@ -64,8 +65,24 @@ def _engine(settings: Settings) -> sa.engine.Engine:
     engine: sa.engine.Engine = open_catalog(settings).engine  # type: ignore[attr-defined]
     if id(engine) not in _created:
         _METADATA.create_all(engine, checkfirst=True)
+        _add_new_columns(engine)
         _created.add(id(engine))
     return engine
+
+
+def _add_new_columns(engine: sa.engine.Engine) -> None:
+    """Add the nullable columns a newer platform declares to tables an older one created."""
+    inspector = sa.inspect(engine)
+    for table in _METADATA.sorted_tables:
+        present = {c["name"] for c in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in present or not column.nullable:
+                continue
+            kind = column.type.compile(dialect=engine.dialect)
+            with engine.begin() as connection:
+                connection.execute(
+                    sa.text(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
+                )
 
 
 def _utc(value: Any) -> Any:
@@ -125,6 +142,7 @@ def record_check_result(
     passed: bool,
     description: str,
     run_id: str | None,
+    data_version: str | None = None,
 ) -> None:
     """Log a check evaluation so `fm status` and `fm version create` can see it."""
     values = {
@@ -135,6 +153,7 @@ def record_check_result(
         "passed": passed,
         "description": description,
         "run_id": run_id,
+        "data_version": data_version,
         "checked_at": dt.datetime.now(dt.UTC),
     }
     with _engine(settings).begin() as connection:
