@@ -24,7 +24,7 @@ from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog
 from fm_assets.storage.landing import BatchManifest
 from tests.conftest import NEOX_TOKENIZER, WARC_DIR
-from tests.s3_server import S3Server, seaweedfs_s3
+from tests.services.s3 import S3Server, seaweedfs_s3
 
 pytestmark = pytest.mark.slow
 
