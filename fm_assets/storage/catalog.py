@@ -6,7 +6,6 @@ exactly its batch's partition in one atomic commit.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import warnings
 from functools import cache
@@ -14,7 +13,10 @@ from functools import cache
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NoSuchTableError,
+)
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, In, NotEqualTo
 from pyiceberg.table import Table
 
@@ -24,6 +26,14 @@ from fm_assets.storage.objectstore import iceberg_s3_properties
 from fm_assets.storage.tables import table_spec
 
 _lock = threading.Lock()
+# Concurrent runs (two batches, a backfill) commit to the same tables; a commit that lost the
+# race is retried on the refreshed table (pyiceberg re-applies the overwrite's filter), so no
+# commit is lost. pyiceberg's default of 4 retries is thin for several writers on one table.
+COMMIT_RETRY_PROPERTIES = {
+    "commit.retry.num-retries": "12",
+    "commit.retry.min-wait-ms": "100",
+    "commit.retry.max-wait-ms": "5000",
+}
 
 
 def _catalog_properties(settings: Settings) -> dict[str, str]:
@@ -41,8 +51,14 @@ def open_catalog(settings: Settings) -> Catalog:
     if settings.catalog_uri.startswith("sqlite:///"):
         settings.home.mkdir(parents=True, exist_ok=True)
     catalog = _open(settings.catalog_name, tuple(sorted(_catalog_properties(settings).items())))
-    with contextlib.suppress(NamespaceAlreadyExistsError):
-        catalog.create_namespace(settings.namespace)
+    if not catalog.namespace_exists(settings.namespace):
+        try:
+            catalog.create_namespace(settings.namespace)
+        except Exception:
+            # Another process created it between the check and the insert (a unique-key
+            # violation on Postgres, not always NamespaceAlreadyExistsError).
+            if not catalog.namespace_exists(settings.namespace):
+                raise
     return catalog
 
 
@@ -62,11 +78,18 @@ def load_table(settings: Settings, name: str) -> Table:
     spec = table_spec(name)  # unknown names fail here, listing the declared tables
     schema, partition_columns = spec.schema, spec.partition_by
     with _lock:
-        table = catalog.create_table_if_not_exists(identifier, schema=schema)
+        table = catalog.create_table_if_not_exists(
+            identifier, schema=schema, properties=COMMIT_RETRY_PROPERTIES
+        )
         if partition_columns and table.spec().is_unpartitioned():
-            with table.update_spec() as update:
-                for column in partition_columns:
-                    update.add_identity(column)
+            try:
+                with table.update_spec() as update:
+                    for column in partition_columns:
+                        update.add_identity(column)
+            except CommitFailedException:
+                # Another process created the table too and partitioned it first.
+                if catalog.load_table(identifier).spec().is_unpartitioned():
+                    raise
     return catalog.load_table(identifier)
 
 
