@@ -7,13 +7,13 @@ so every run the CLI makes shows up in the Dagster UI with its checks and lineag
 from __future__ import annotations
 
 import datetime as dt
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
+from fm_assets.commands.dev import dev
 from fm_assets.settings import load_settings
 
 
@@ -24,6 +24,14 @@ def _echo(message: str) -> None:
 @click.group()
 def main() -> None:
     """fm platform: curate raw web and text data into MDS shard sets."""
+    from fm_assets.storage.services import ConfigurationError, check_services
+
+    # Production settings are probed before any work: a wrong credential or an unreachable
+    # service fails here within seconds, naming the setting (a no-op on embedded settings).
+    try:
+        check_services(load_settings())
+    except (ConfigurationError, ValueError) as exc:
+        _fail(exc)
 
 
 @main.command()
@@ -274,19 +282,7 @@ def demo(
     click.echo(key)
 
 
-@main.command(context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def dev(args: tuple[str, ...]) -> None:
-    """Start the Dagster UI on this FM_HOME (`dagster dev -w workspace.yaml`)."""
-    from dagster import DagsterInstance
-
-    from fm_assets.defs.instance import ensure_dagster_home, ensure_pool_limits
-
-    ensure_dagster_home(load_settings())
-    ensure_pool_limits(DagsterInstance.get())
-    workspace = Path(__file__).resolve().parents[2] / "workspace.yaml"
-    dagster = Path(sys.executable).with_name("dagster")  # the one beside this interpreter
-    os.execv(str(dagster), [str(dagster), "dev", "-w", str(workspace), *args])
+main.add_command(dev)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from fm_assets.defs import build_definitions
 from fm_assets.defs.instance import ensure_dagster_home, ensure_pool_limits
 from fm_assets.defs.partitions import shard_set_partitions
 from fm_assets.settings import Settings
+from fm_assets.storage.services import check_services
 
 Log = Callable[[str], None]
 
@@ -24,7 +25,8 @@ class ChecksFailed(RuntimeError):
 
 
 def dagster_instance(settings: Settings) -> dg.DagsterInstance:
-    """The Dagster instance under FM_HOME, with the platform's pool limits set."""
+    """The Dagster instance (embedded or production), with the platform's pool limits set."""
+    check_services(settings)  # before Dagster's own connection retries, naming the setting
     ensure_dagster_home(settings)
     instance = dg.DagsterInstance.get()
     ensure_pool_limits(instance)

@@ -3,6 +3,7 @@
 import dagster as dg
 
 from fm_assets.settings import Settings, load_settings
+from fm_assets.storage.services import check_services
 
 
 class FmPlatform(dg.ConfigurableResource):
@@ -17,3 +18,7 @@ class FmPlatform(dg.ConfigurableResource):
 
             env = {**os.environ, "FM_HOME": self.home}
         return load_settings(env)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        # Fail a run in seconds, naming the setting, when a production service is unreachable.
+        check_services(self.settings())

@@ -115,7 +115,7 @@ def _probe_postgres(name: str, url: str, timeout_s: float) -> str | None:
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
     except SQLAlchemyError as exc:
-        cause = exc.orig if getattr(exc, "orig", None) is not None else exc
+        cause = getattr(exc, "orig", None) or exc
         return (
             f"{name}={safe_url(url)}: Postgres refused or did not answer within "
             f"{timeout_s:.0f} s ({_first_line(cause)}); check the host, port, user and password"
