@@ -60,10 +60,25 @@ def compute_logs_config(settings: Settings) -> dict[str, Any]:
     return config
 
 
+# The variable the generated dagster.yaml reads Dagster's storage URL from: FM_DAGSTER_PG_URL with
+# the driver spelled out (SQLAlchemy 2.1 maps a bare postgresql:// to psycopg 3, which we do not
+# ship). Processes started from `fm` (dagster dev, its daemon, code server and run workers)
+# inherit it.
+STORAGE_URL_ENV = "FM_DAGSTER_STORAGE_URL"
+
+
+def psycopg2_url(url: str) -> str:
+    """`url` with the psycopg2 driver named (postgresql:// and postgres:// name none)."""
+    for bare in ("postgresql://", "postgres://"):
+        if url.startswith(bare):
+            return "postgresql+psycopg2://" + url.removeprefix(bare)
+    return url
+
+
 def production_config(settings: Settings) -> dict[str, Any]:
     """The production dagster.yaml: embedded limits + Postgres storage, retries, S3 logs."""
     config = embedded_config()
-    config["storage"] = {"postgres": {"postgres_url": {"env": "FM_DAGSTER_PG_URL"}}}
+    config["storage"] = {"postgres": {"postgres_url": {"env": STORAGE_URL_ENV}}}
     config["run_retries"] = dict(RUN_RETRIES)
     config["compute_logs"] = {
         "module": "dagster_aws.s3.compute_log_manager",
@@ -91,6 +106,7 @@ def ensure_dagster_home(settings: Settings) -> Path:
             "# Credentials are read from the environment, never written here.\n"
         )
         _write_if_changed(target, header + yaml.safe_dump(production_config(settings)))
+        os.environ[STORAGE_URL_ENV] = psycopg2_url(settings.dagster_pg_url)
     elif _REPO_DAGSTER_YAML.is_file():
         if not target.exists() or target.read_bytes() != _REPO_DAGSTER_YAML.read_bytes():
             shutil.copyfile(_REPO_DAGSTER_YAML, target)

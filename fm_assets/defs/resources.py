@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from fm_assets.defs.instance import ensure_pool_limits
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage.services import check_services
 
@@ -22,3 +23,6 @@ class FmPlatform(dg.ConfigurableResource):
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         # Fail a run in seconds, naming the setting, when a production service is unreachable.
         check_services(self.settings())
+        # On Kubernetes no `fm` command sets the per-pool limits; every run makes sure of them.
+        if context.instance is not None:
+            ensure_pool_limits(context.instance)

@@ -110,6 +110,8 @@ def _probe_postgres(name: str, url: str, timeout_s: float) -> str | None:
     from sqlalchemy import create_engine, text
     from sqlalchemy.exc import SQLAlchemyError
 
+    if url.startswith(("postgresql://", "postgres://")):
+        url = "postgresql+psycopg2://" + url.split("://", 1)[1]  # SQLAlchemy 2.1: psycopg 3
     engine = create_engine(url, connect_args={"connect_timeout": max(1, int(timeout_s))})
     try:
         with engine.connect() as connection:
