@@ -12,6 +12,7 @@ from typing import Any
 
 from fm_assets.curation.quality_classifier import train_classifier as train
 from fm_assets.defs.jobs import BATCH_ASSET_KEYS
+from fm_assets.defs.landing import BATCH_TAG
 from fm_assets.defs.materialize import (
     ChecksFailed,
     Log,
@@ -59,7 +60,9 @@ def run_batch(settings: Settings, batch_id: str, log: Log) -> None:
     """Every stage of one landing batch, with blocking checks; raises ChecksFailed on failure."""
     read_manifest(open_object_store(settings), batch_id)  # fail early on an unknown batch
     add_partitions(settings, landing_batches, [batch_id])
-    materialize(settings, [k.to_user_string() for k in BATCH_ASSET_KEYS], batch_id, log)
+    # Tagged like the sensor's runs: the sensor sees this run and requests no second one.
+    keys = [k.to_user_string() for k in BATCH_ASSET_KEYS]
+    materialize(settings, keys, batch_id, log, tags={BATCH_TAG: batch_id})
 
 
 def create_version(settings: Settings, dataset: str, batches: list[str], log: Log) -> str:

@@ -44,19 +44,22 @@ def landing_batch(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.Mater
     )
 
 
-def processed_or_in_progress(instance: dg.DagsterInstance, batch_id: str, job_name: str) -> bool:
-    """Whether a run covering every stage of `batch_id` succeeded or is still going, whoever
-    launched it (`fm run` in-process, the sensor, a backfill, the UI)."""
+BATCH_TAG = "fm/batch"  # on every run that processes a whole batch: the sensor's and `fm run`'s
+
+
+def processed_or_in_progress(instance: dg.DagsterInstance, batch_id: str) -> bool:
+    """Whether the batch's last stage is materialized (by anyone: `fm run`, the sensor, a
+    backfill, the UI), or a run processing the whole batch is queued or running."""
     last_stage = dg.AssetKey(pipeline.STAGE_NAMES[-1])
-    runs = instance.get_runs(
-        dg.RunsFilter(
-            tags={"dagster/partition": batch_id},
-            statuses=[*NOT_FINISHED_STATUSES, dg.DagsterRunStatus.SUCCESS],
-        )
+    done = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=last_stage, asset_partitions=[batch_id]), limit=1
     )
-    return any(
-        run.job_name == job_name or last_stage in (run.asset_selection or ()) for run in runs
+    if done.records:
+        return True
+    running = instance.get_runs(
+        dg.RunsFilter(tags={BATCH_TAG: batch_id}, statuses=NOT_FINISHED_STATUSES), limit=1
     )
+    return bool(running)
 
 
 def build_landing_sensor(job: UnresolvedAssetJobDefinition) -> dg.SensorDefinition:
@@ -77,12 +80,12 @@ def build_landing_sensor(job: UnresolvedAssetJobDefinition) -> dg.SensorDefiniti
             return dg.SensorResult(skip_reason="no new landing batch")
         batch_ids = list(dict.fromkeys(batch_id for _, batch_id in entries))
         # A batch `fm run` processed (or is processing) gets its partition but no second run.
-        todo = [b for b in batch_ids if not processed_or_in_progress(context.instance, b, job.name)]
+        todo = [b for b in batch_ids if not processed_or_in_progress(context.instance, b)]
         return dg.SensorResult(
             # run_key = batch id: the same batch is never requested twice; dagster.yaml limits
             # runs per partition to one at a time, so manual runs cannot overlap it either.
             run_requests=[
-                dg.RunRequest(run_key=batch_id, partition_key=batch_id, tags={"fm/batch": batch_id})
+                dg.RunRequest(run_key=batch_id, partition_key=batch_id, tags={BATCH_TAG: batch_id})
                 for batch_id in todo
             ],
             dynamic_partitions_requests=[landing_batches.build_add_request(batch_ids)],

@@ -56,6 +56,7 @@ def materialize(
     partition_key: str | dg.MultiPartitionKey,
     log: Log,
     run_config: dict[str, Any] | None = None,
+    tags: dict[str, str] | None = None,
 ) -> None:
     """Materialize assets in-process; log every check; raise ChecksFailed unless all passed."""
     warnings.filterwarnings("ignore", category=dg.PreviewWarning)
@@ -68,6 +69,7 @@ def materialize(
         instance=dagster_instance(settings),
         resources={"fm": defs.resources["fm"]} if defs.resources else None,
         run_config=config,
+        tags=tags,
         raise_on_error=False,
     )
     failures = []
