@@ -18,7 +18,7 @@ import pytest
 
 from fm_assets.commands.dev import descendants
 from tests.conftest import REPO
-from tests.services.fixtures import Production, start_fm_dev, stop_fm_dev
+from tests.services.fixtures import Production, s3_credentials, start_fm_dev, stop_fm_dev
 
 pytestmark = pytest.mark.slow
 
@@ -28,9 +28,10 @@ TIMEOUT_MS = 120_000
 
 
 @pytest.fixture(scope="module")
-def batch_id(production: Production, tmp_path_factory: pytest.TempPathFactory) -> str:
+def batch_id(production: Production, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A landed batch with its Dagster partition, and the sensor stopped: the browser launches
-    the only run of this batch."""
+    the only run of this batch. Afterwards the sensor's cursor is moved past the batch (as an
+    operator skips one), so later tests' sensor runs leave it alone."""
     production.wait_for_code_location()
     production.set_sensor(running=False)
     source = tmp_path_factory.mktemp("browser-batch") / "pages.jsonl"
@@ -56,7 +57,26 @@ def batch_id(production: Production, tmp_path_factory: pytest.TempPathFactory) -
         {"key": batch, "repo": repository},
     )["addDynamicPartition"]
     assert added["__typename"] == "AddDynamicPartitionSuccess", added
-    return batch
+    yield batch
+    _skip_in_sensor(production)
+
+
+def _skip_in_sensor(production: Production) -> None:
+    from fm_assets.settings import load_settings
+    from fm_assets.storage.landing import published_log
+    from fm_assets.storage.objectstore import open_object_store
+
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in s3_credentials().items():
+            env.setenv(name, value)
+        entries = published_log(open_object_store(load_settings(production.env)))
+    selector, _ = production.sensor()
+    moved = production.graphql(
+        """mutation($s: SensorSelector!, $c: String) { setSensorCursor(sensorSelector: $s,
+            cursor: $c) { __typename } }""",
+        {"s": selector, "c": entries[-1][0]},
+    )["setSensorCursor"]
+    assert moved["__typename"] == "Sensor", moved
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 USER = "fm"
@@ -38,7 +38,7 @@ class PostgresServer:
     host: str
     port: int
     user: str
-    password: str
+    password: str = field(repr=False)
     pid: int  # the postmaster's
 
     def url(self, database: str, *, driver: str = "postgresql", password: str | None = None) -> str:
@@ -49,19 +49,21 @@ class PostgresServer:
         """Rows of `sql` run as the test user (psycopg2, no ORM)."""
         import psycopg2
 
-        with contextlib.closing(
-            psycopg2.connect(
-                host=self.host,
-                port=self.port,
-                user=self.user,
-                password=self.password,
-                dbname=database,
-                connect_timeout=5,
-            )
-        ) as connection:
-            with connection.cursor() as cursor:
-                cursor.execute(sql)
-                return list(cursor.fetchall())
+        with (
+            contextlib.closing(
+                psycopg2.connect(
+                    host=self.host,
+                    port=self.port,
+                    user=self.user,
+                    password=self.password,
+                    dbname=database,
+                    connect_timeout=5,
+                )
+            ) as connection,
+            connection.cursor() as cursor,
+        ):
+            cursor.execute(sql)
+            return list(cursor.fetchall())
 
 
 def _binary(name: str) -> str:
@@ -132,15 +134,26 @@ def postgres_server(databases: Sequence[str] = ("fm",)) -> Iterator[PostgresServ
         options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
         subprocess.run(
             _as_server_user(
-                [_binary("pg_ctl"), "-D", str(data), "-o", options, "-l", str(log), "-w"]
-                + ["-t", str(STARTUP_TIMEOUT_S), "start"]
+                [
+                    _binary("pg_ctl"),
+                    "-D",
+                    str(data),
+                    "-o",
+                    options,
+                    "-l",
+                    str(log),
+                    "-w",
+                    "-t",
+                    str(STARTUP_TIMEOUT_S),
+                    "start",
+                ]
             ),
             check=True,
             capture_output=True,
         )
         pid = _postmaster_pid(data)
         psql = [_binary("psql"), "-h", str(root), "-p", str(port), "-U", "postgres", "-q"]
-        statements = [f"CREATE ROLE {USER} LOGIN PASSWORD '{password}'"]
+        statements = [f"CREATE ROLE {USER} LOGIN CREATEDB PASSWORD '{password}'"]
         statements += [f"CREATE DATABASE {db} OWNER {USER}" for db in databases]
         for statement in statements:
             subprocess.run(

@@ -82,10 +82,8 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM our `ray start --block`, which stops its node; SIGKILL its group if it lingers."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            pass
     # The node's daemons (raylet, gcs_server, agents) live in the group we created.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
