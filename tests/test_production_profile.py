@@ -141,6 +141,42 @@ def test_shard_set_on_s3_streams_through_make_dataset(
     assert "fm_manifest.json" in names and any(n.endswith(".mds") for n in names)
 
 
+RAY_CLIENT_SCRIPT = """
+import sys
+from fm_assets.curation.policy import load_policy
+from fm_assets.execution import compute, pipeline
+from fm_assets.settings import load_settings
+from fm_assets.storage import catalog
+
+settings, batch = load_settings(), sys.argv[1]
+stage = pipeline.entry("normalized_documents").build(settings, load_policy(settings, "demo"))
+rows = catalog.read_batch(settings, "extracted_documents", batch)
+compute.ensure_ray(settings)
+result = compute.process_on_ray(stage, compute.split_rows(rows, compute.ray_cpus()), print)
+stored = catalog.read_batch(settings, "normalized_documents", batch, columns=("doc_id",))
+assert result.kept.column("doc_id").to_pylist() == stored.column("doc_id").to_pylist()
+print("nodes", sum(1 for n in __import__("ray").nodes() if n["Alive"]))
+"""
+
+
+def test_stages_also_run_through_ray_client(production: Production, cli_path: CliPath) -> None:
+    """RAY_ADDRESS=ray://HOST:PORT, as the Helm values give run pods: the same code, the same
+    rows as the stage committed when joined by GCS address."""
+    import subprocess
+    import sys
+
+    env = {**production.env, **production.cluster.driver_env(client=True)}
+    result = subprocess.run(
+        [sys.executable, "-c", RAY_CLIENT_SCRIPT, cli_path.batch_id],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "nodes 2" in result.stdout
+
+
 def test_the_sensor_leaves_a_batch_fm_run_processed_alone(
     production: Production, cli_path: CliPath
 ) -> None:
@@ -254,6 +290,17 @@ def test_no_batch_was_processed_twice_and_no_commit_was_lost(
         assert kept.num_rows == row["records_kept"], (row["stage"], row["batch_id"])
     checks = catalog.read_table(settings, "check_results").to_pylist()
     assert all(r["passed"] for r in checks), [r for r in checks if not r["passed"]]
+
+
+def test_runs_compute_logs_are_on_s3(production: Production, concurrent_batches: list[str]) -> None:
+    fs = production.s3.filesystem()
+    logs = f"{production.bucket}/{production.prefix}/platform/dagster/compute-logs"
+    selector = pafs.FileSelector(logs, recursive=True, allow_not_found=True)
+    files = [i.path for i in fs.get_file_info(selector) if i.type == pafs.FileType.File]
+    run_ids = {
+        r["runId"] for b in concurrent_batches[1:] for r in production.runs(dagster__partition=b)
+    }
+    assert any(run_id in path for path in files for run_id in run_ids), files[:10]
 
 
 def test_nothing_but_logs_and_caches_under_fm_home(production: Production) -> None:
