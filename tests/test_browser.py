@@ -126,7 +126,8 @@ def test_a_data_engineer_materializes_a_landing_batch_from_the_ui(
     base = f"http://127.0.0.1:{production.port}"
 
     # The asset graph: every stage upstream of the tokenized documents, from the landing batch.
-    _open(page, f"{base}/assets/tokenized_documents?view=lineage&lineageScope=upstream&lineageDepth=20")
+    lineage = "view=lineage&lineageScope=upstream&lineageDepth=20"
+    _open(page, f"{base}/assets/tokenized_documents?{lineage}")
     page.get_by_text("landing_batch", exact=True).first.wait_for()
     page.get_by_text("raw_documents", exact=True).first.wait_for()
     page.screenshot(path=str(ARTIFACTS / "1-asset-graph.png"))
