@@ -166,13 +166,18 @@ def test_stages_also_run_through_ray_client(production: Production, cli_path: Cl
     import sys
 
     env = {**production.env, **production.cluster.driver_env(client=True)}
-    result = subprocess.run(
-        [sys.executable, "-c", RAY_CLIENT_SCRIPT, cli_path.batch_id],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    for _ in range(2):
+        result = subprocess.run(
+            [sys.executable, "-c", RAY_CLIENT_SCRIPT, cli_path.batch_id],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        # Ray Client starts a server process per driver on the head; under heavy load here its
+        # start-up failed once ("Starting Ray client server failed") and worked when retried.
+        if "Starting Ray client server failed" not in result.stderr:
+            break
     assert result.returncode == 0, result.stderr[-3000:]
     assert "nodes 2" in result.stdout
 
