@@ -10,8 +10,14 @@ SEQ_LEN  ?= 2048
 export FM_HOME
 
 STAMP := $(VENV)/.installed-stamp
+# checkov pins much of its stack: it gets a venv of its own (the deploy/ manifest tests use it).
+DEPLOY_VENV  ?= .venv-deploy
+DEPLOY_STAMP := $(DEPLOY_VENV)/.installed-stamp
+# Debian packages the production-profile and browser tests need: Postgres server binaries
+# (initdb, pg_ctl) and Chromium, never a downloaded browser.
+SYSTEM_PACKAGES := postgresql chromium
 
-.PHONY: install demo test test-fast lint dev clean
+.PHONY: install install-system demo test test-fast lint dev clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +25,21 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -e ".[dev]"
 	touch $(STAMP)
 
-install: $(STAMP)
+$(DEPLOY_STAMP):
+	$(PYTHON) -m venv $(DEPLOY_VENV)
+	$(DEPLOY_VENV)/bin/pip install --quiet "checkov>=3.2,<4"
+	touch $(DEPLOY_STAMP)
+
+## Install what is missing of SYSTEM_PACKAGES (as root, e.g. in CI); a no-op when present.
+install-system:
+	@if { command -v initdb || ls /usr/lib/postgresql/*/bin/initdb; } >/dev/null 2>&1 \
+		&& command -v chromium >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES); \
+	else echo "missing: $(SYSTEM_PACKAGES) (initdb, chromium); install them as root" >&2; exit 1; fi
+
+install: $(STAMP) $(DEPLOY_STAMP) install-system
 
 ## The main job on embedded defaults: land INPUT (default: a generated sample), curate it,
 ## cut a version, pack MDS shards and read them back through fm_loader.

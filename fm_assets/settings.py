@@ -1,14 +1,15 @@
 """The one place that reads environment variables: everything else receives a frozen `Settings`.
 
 Embedded defaults keep every piece of state under `FM_HOME` (default `./.fm`); production sets
-`FM_OBJECT_STORE`, `FM_CATALOG_URI`, `FM_WAREHOUSE`, `RAY_ADDRESS` instead (docs/settings.md).
+`FM_OBJECT_STORE`, `FM_WAREHOUSE`, `FM_S3_ENDPOINT`, `FM_CATALOG_URI`, `FM_DAGSTER_PG_URL` and
+`RAY_ADDRESS` instead (docs/deploy.md), and FM_HOME then holds only logs and caches.
 The catalog settings are the loader's own (`fm_loader.settings`), so both read one catalog.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -32,7 +33,8 @@ class Settings:
 
     home: Path
     object_store: str  # a local path or a URI (file://, s3://)
-    catalog_uri: str  # SQLAlchemy URL of the Iceberg SQL catalog
+    # SQLAlchemy URL of the Iceberg SQL catalog; may hold a password, so never in a repr.
+    catalog_uri: str = field(repr=False)
     catalog_name: str
     warehouse: str  # URI under which Iceberg writes data files
     namespace: str  # Iceberg namespace holding the platform's tables
@@ -43,19 +45,59 @@ class Settings:
     max_document_bytes: int  # larger raw records are quarantined, not processed
     part_bytes: int = 64 << 20  # landed files over twice this are read in parts of about this
     policy_file: Path | None = None  # per-dataset curation policies (fm_assets.curation.policy)
+    # postgresql://... for Dagster's run/event/schedule storage; None: SQLite under FM_HOME.
+    dagster_pg_url: str | None = field(default=None, repr=False)
 
     @property
     def dagster_home(self) -> Path:
+        """DAGSTER_HOME: the embedded instance's state, or only a generated dagster.yaml that
+        names the production storage by environment variable (a cache: nothing else lives there)."""
+        if self.dagster_pg_url:
+            return self.home / "cache" / "dagster"
         return self.home / "dagster"
+
+    @property
+    def logs_dir(self) -> Path:
+        """Local logs (compute-log staging before upload); allowed under FM_HOME in production."""
+        return self.home / "logs"
 
 
 def _int_or_none(value: str | None) -> int | None:
     return int(value) if value not in (None, "") else None
 
 
+def _check_formats(env: dict[str, str]) -> None:
+    """Refuse a malformed production setting at once, naming it (services are probed later)."""
+    catalog_uri = env.get("FM_CATALOG_URI") or ""
+    if catalog_uri and not catalog_uri.startswith(("sqlite:///", "postgresql")):
+        raise ValueError(
+            f"FM_CATALOG_URI must be sqlite:///PATH or postgresql+psycopg2://USER:PASSWORD@HOST"
+            f":PORT/DB, got a URL starting {catalog_uri.split(':', 1)[0]!r}"
+        )
+    dagster_pg = env.get("FM_DAGSTER_PG_URL") or ""
+    if dagster_pg and not dagster_pg.startswith(("postgresql://", "postgres://")):
+        raise ValueError(
+            "FM_DAGSTER_PG_URL must be postgresql://USER:PASSWORD@HOST:PORT/DB, got a URL "
+            f"starting {dagster_pg.split(':', 1)[0]!r}"
+        )
+    ray_address = env.get("RAY_ADDRESS") or ""
+    if ray_address and ray_address != "auto":
+        host, _, port = ray_address.removeprefix("ray://").rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(
+                f"RAY_ADDRESS {ray_address!r} is not HOST:PORT (a cluster's GCS, e.g. "
+                "ray-head:6379) or ray://HOST:PORT (Ray Client, e.g. ray://ray-head:10001)"
+            )
+    for name in ("FM_OBJECT_STORE", "FM_WAREHOUSE"):
+        value = env.get(name) or ""
+        if "://" in value and not value.startswith(("s3://", "file://")):
+            raise ValueError(f"{name} must be s3://BUCKET/PREFIX or a local path, got {value!r}")
+
+
 def load_settings(env: dict[str, str] | None = None) -> Settings:
     """Read settings from `env` (default: the process environment), filling embedded defaults."""
     env = dict(os.environ if env is None else env)
+    _check_formats(env)
     catalog = load_loader_settings(env)
     return Settings(
         home=catalog.home,
@@ -71,4 +113,5 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         max_document_bytes=int(env.get("FM_MAX_DOCUMENT_BYTES", str(8 * 1024 * 1024))),
         part_bytes=int(env.get("FM_PART_BYTES", str(64 << 20))),
         policy_file=Path(env["FM_POLICY_FILE"]).expanduser() if env.get("FM_POLICY_FILE") else None,
+        dagster_pg_url=env.get("FM_DAGSTER_PG_URL") or None,
     )

@@ -10,6 +10,9 @@ import pytest
 
 from fm_assets.settings import Settings, load_settings
 
+# Session fixtures over real servers (Postgres, SeaweedFS S3, a two-node Ray cluster, fm dev).
+pytest_plugins = ["tests.services.fixtures"]
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 WARC_DIR = SHARED_DATA / "warc"
@@ -19,6 +22,16 @@ LLAMA_TOKENIZER = SHARED_DATA / "tokenizers" / "llama2-style-32k.json"
 # Tests run on one machine with one trusted user; Ray's token auth is for clusters.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+# Tests over the session's real servers run last, together: the servers (and the Ray cluster's
+# two raylets) start when the first of them needs one and stop when the session ends, so they
+# never run alongside the rest of the suite.
+SERVICE_FIXTURES = frozenset({"postgres", "s3_session", "ray_cluster_session", "production"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: bool(SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))))
 
 
 def pytest_configure(config: pytest.Config) -> None:

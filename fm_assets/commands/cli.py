@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
+from fm_assets.commands.dev import dev
 from fm_assets.settings import load_settings
 
 
@@ -58,6 +58,15 @@ def main() -> None:
         progress.addHandler(_Progress())
         progress.setLevel(logging.INFO)
         progress.propagate = False
+    from fm_assets.storage.services import ConfigurationError, check_services
+
+    # Production settings are probed before any work: a wrong credential or an unreachable
+    # service fails here within seconds, naming the setting (a no-op on embedded settings).
+    try:
+        check_services(load_settings())
+    except (ConfigurationError, ValueError) as exc:
+        _echo(str(exc))
+        sys.exit(1)
 
 
 @main.command()
@@ -302,19 +311,7 @@ def demo(
     click.echo(key)
 
 
-@main.command(context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def dev(args: tuple[str, ...]) -> None:
-    """Start the Dagster UI on this FM_HOME (`dagster dev -w workspace.yaml`)."""
-    from dagster import DagsterInstance
-
-    from fm_assets.defs.instance import ensure_dagster_home, ensure_pool_limits
-
-    ensure_dagster_home(load_settings())
-    ensure_pool_limits(DagsterInstance.get())
-    workspace = Path(__file__).resolve().parents[2] / "workspace.yaml"
-    dagster = Path(sys.executable).with_name("dagster")  # the one beside this interpreter
-    os.execv(str(dagster), [str(dagster), "dev", "-w", str(workspace), *args])
+main.add_command(dev)
 
 
 if __name__ == "__main__":

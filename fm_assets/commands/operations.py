@@ -13,6 +13,7 @@ from typing import Any
 from fm_assets.checks.table import batch_up_to_date
 from fm_assets.curation.classifier.training import train_classifier as train
 from fm_assets.defs.jobs import BATCH_ASSET_KEYS
+from fm_assets.defs.landing import BATCH_TAG
 from fm_assets.defs.materialize import (
     ChecksFailed,
     Log,
@@ -72,7 +73,9 @@ def run_batch(
         log(f"batch {batch_id}: every stage up to date and every check passed; nothing to do")
         return
     add_partitions(settings, landing_batches, [batch_id])
-    materialize(settings, [k.to_user_string() for k in BATCH_ASSET_KEYS], batch_id, log)
+    # Tagged like the sensor's runs: the sensor sees this run and requests no second one.
+    keys = [k.to_user_string() for k in BATCH_ASSET_KEYS]
+    materialize(settings, keys, batch_id, log, tags={BATCH_TAG: batch_id})
 
 
 def create_version(settings: Settings, dataset: str, batches: list[str], log: Log) -> str:

@@ -2,11 +2,13 @@
 
 import dagster as dg
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 
 from fm_assets.checks.table import BATCH_CHECKS, BatchSubject, evaluate
 from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.partitions import landing_batches
 from fm_assets.defs.resources import FmPlatform
+from fm_assets.execution import pipeline
 from fm_assets.storage.landing import published_log, read_manifest
 from fm_assets.storage.objectstore import open_object_store
 
@@ -42,6 +44,24 @@ def landing_batch(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.Mater
     )
 
 
+BATCH_TAG = "fm/batch"  # on every run that processes a whole batch: the sensor's and `fm run`'s
+
+
+def processed_or_in_progress(instance: dg.DagsterInstance, batch_id: str) -> bool:
+    """Whether the batch's last stage is materialized (by anyone: `fm run`, the sensor, a
+    backfill, the UI), or a run processing the whole batch is queued or running."""
+    last_stage = dg.AssetKey(pipeline.STAGE_NAMES[-1])
+    done = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=last_stage, asset_partitions=[batch_id]), limit=1
+    )
+    if done.records:
+        return True
+    running = instance.get_runs(
+        dg.RunsFilter(tags={BATCH_TAG: batch_id}, statuses=NOT_FINISHED_STATUSES), limit=1
+    )
+    return bool(running)
+
+
 def build_landing_sensor(job: UnresolvedAssetJobDefinition) -> dg.SensorDefinition:
     """A sensor that adds a partition per newly published batch and requests its processing."""
 
@@ -59,12 +79,14 @@ def build_landing_sensor(job: UnresolvedAssetJobDefinition) -> dg.SensorDefiniti
         if not entries:
             return dg.SensorResult(skip_reason="no new landing batch")
         batch_ids = list(dict.fromkeys(batch_id for _, batch_id in entries))
+        # A batch `fm run` processed (or is processing) gets its partition but no second run.
+        todo = [b for b in batch_ids if not processed_or_in_progress(context.instance, b)]
         return dg.SensorResult(
             # run_key = batch id: the same batch is never requested twice; dagster.yaml limits
             # runs per partition to one at a time, so manual runs cannot overlap it either.
             run_requests=[
-                dg.RunRequest(run_key=batch_id, partition_key=batch_id, tags={"fm/batch": batch_id})
-                for batch_id in batch_ids
+                dg.RunRequest(run_key=batch_id, partition_key=batch_id, tags={BATCH_TAG: batch_id})
+                for batch_id in todo
             ],
             dynamic_partitions_requests=[landing_batches.build_add_request(batch_ids)],
             cursor=entries[-1][0],

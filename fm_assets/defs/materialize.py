@@ -16,6 +16,7 @@ from fm_assets.defs import build_definitions
 from fm_assets.defs.instance import ensure_dagster_home, ensure_pool_limits
 from fm_assets.defs.partitions import shard_set_partitions
 from fm_assets.settings import Settings
+from fm_assets.storage.services import check_services
 
 Log = Callable[[str], None]
 
@@ -25,7 +26,8 @@ class ChecksFailed(RuntimeError):
 
 
 def dagster_instance(settings: Settings) -> dg.DagsterInstance:
-    """The Dagster instance under FM_HOME, with the platform's pool limits set."""
+    """The Dagster instance (embedded or production), with the platform's pool limits set."""
+    check_services(settings)  # before Dagster's own connection retries, naming the setting
     ensure_dagster_home(settings)
     instance = dg.DagsterInstance.get()
     ensure_pool_limits(instance)
@@ -55,6 +57,7 @@ def materialize(
     partition_key: str | dg.MultiPartitionKey,
     log: Log,
     run_config: dict[str, Any] | None = None,
+    tags: dict[str, str] | None = None,
 ) -> None:
     """Materialize assets in-process; log every check; raise ChecksFailed unless all passed."""
     warnings.filterwarnings("ignore", category=dg.PreviewWarning)
@@ -73,6 +76,7 @@ def materialize(
         instance=dagster_instance(settings),
         resources={"fm": defs.resources["fm"]} if defs.resources else None,
         run_config=config,
+        tags=tags,
         raise_on_error=False,
     )
     failures = []

@@ -31,8 +31,11 @@ def ensure_ray(settings: Settings) -> None:
     # production sets RAY_AUTH_MODE=token and RAY_AUTH_TOKEN explicitly.
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     worker_env = {"TOKENIZERS_PARALLELISM": "false", "RAY_AUTH_MODE": os.environ["RAY_AUTH_MODE"]}
-    # Workers read landed files and registry copies from the object store themselves.
-    worker_env |= {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    if not settings.ray_address:
+        # Workers read landed files and registry copies from the object store themselves. A
+        # cluster's nodes get credentials from their own environment (the pods' secret): a
+        # runtime_env would put them in the cluster's job table and dashboard.
+        worker_env |= {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
     address = settings.ray_address or start_local_ray(settings)
     ray.init(
         address=address,

@@ -6,7 +6,6 @@ exactly its batch's partition in one atomic commit.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import warnings
 from functools import cache
@@ -14,7 +13,10 @@ from functools import cache
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NoSuchTableError,
+)
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, In, NotEqualTo
 from pyiceberg.table import Table
 
@@ -25,6 +27,14 @@ from fm_assets.storage.tables import table_spec
 
 _lock = threading.Lock()
 ALWAYS_TRUE: BooleanExpression = AlwaysTrue()
+# Concurrent runs (two batches, a backfill) commit to the same tables; a commit that lost the
+# race is retried on the refreshed table (pyiceberg re-applies the overwrite's filter), so no
+# commit is lost. pyiceberg's default of 4 retries is thin for several writers on one table.
+COMMIT_RETRY_PROPERTIES = {
+    "commit.retry.num-retries": "12",
+    "commit.retry.min-wait-ms": "100",
+    "commit.retry.max-wait-ms": "5000",
+}
 
 
 def _catalog_properties(settings: Settings) -> dict[str, str]:
@@ -42,8 +52,14 @@ def open_catalog(settings: Settings) -> Catalog:
     if settings.catalog_uri.startswith("sqlite:///"):
         settings.home.mkdir(parents=True, exist_ok=True)
     catalog = _open(settings.catalog_name, tuple(sorted(_catalog_properties(settings).items())))
-    with contextlib.suppress(NamespaceAlreadyExistsError):
-        catalog.create_namespace(settings.namespace)
+    if not catalog.namespace_exists(settings.namespace):
+        try:
+            catalog.create_namespace(settings.namespace)
+        except Exception:
+            # Another process created it between the check and the insert (a unique-key
+            # violation on Postgres, not always NamespaceAlreadyExistsError).
+            if not catalog.namespace_exists(settings.namespace):
+                raise
     return catalog
 
 
@@ -69,8 +85,16 @@ def load_table(settings: Settings, name: str) -> Table:
         return table
     schema, partition_columns = spec.schema, spec.partition_by
     with _lock:
-        table = catalog.create_table_if_not_exists(identifier, schema=schema)
-        _add_partitions(table, partition_columns)
+        table = catalog.create_table_if_not_exists(
+            identifier, schema=schema, properties=COMMIT_RETRY_PROPERTIES
+        )
+        try:
+            _add_partitions(table, partition_columns)
+        except CommitFailedException:
+            # Another process created the table too and partitioned it first.
+            table = catalog.load_table(identifier)
+            if len(table.spec().fields) < len(partition_columns):
+                raise
     return catalog.load_table(identifier)
 
 

@@ -22,7 +22,7 @@ import sys
 import sysconfig
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -41,7 +41,7 @@ class S3Server:
     endpoint: str  # "http://127.0.0.1:PORT"
     bucket: str
     access_key: str
-    secret_key: str
+    secret_key: str = field(repr=False)
     region: str
     pid: int
 
