@@ -23,7 +23,7 @@ import pytest
 
 from fm_assets.execution import pipeline
 from fm_assets.settings import Settings, load_settings
-from fm_assets.storage import catalog
+from fm_assets.storage import bookkeeping, catalog
 from tests.conftest import NEOX_TOKENIZER
 from tests.services.fixtures import Production, s3_credentials
 
@@ -94,8 +94,14 @@ def test_catalog_tables_live_in_postgres_with_data_on_s3(
         "SELECT table_name, metadata_location FROM iceberg_tables WHERE table_namespace = 'fm'",
     )
     tables = dict(rows)
-    for name in [*pipeline.STAGE_NAMES, "quarantine", "stage_runs", "check_results"]:
+    for name in [*pipeline.STAGE_NAMES, "quarantine"]:
         assert name in tables, f"{name} is not in the Postgres catalog"
+    bookkeeping_tables = production.postgres.query(
+        "fm_catalog",
+        "SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'fm_%'",
+    )
+    # stage runs and check results are SQL rows beside the catalog, in the same database
+    assert {"fm_stage_runs", "fm_check_results"} <= {name for (name,) in bookkeeping_tables}
     assert {"dataset_versions", "shard_sets", "tokenizers"} <= set(tables)
     for name, location in tables.items():
         assert location.startswith(
@@ -110,7 +116,7 @@ def test_catalog_tables_live_in_postgres_with_data_on_s3(
 def test_every_check_passed_and_runs_are_in_dagsters_postgres(
     production: Production, cli_path: CliPath
 ) -> None:
-    checks = catalog.read_table(cli_path.settings, "check_results").to_pylist()
+    checks = bookkeeping.check_results(cli_path.settings)
     assert checks and all(r["passed"] for r in checks), [r for r in checks if not r["passed"]]
     assert {r["asset"] for r in checks} >= {"landing_batch", "tokenized_documents", "shard_set"}
     runs = production.postgres.query("fm_dagster", "SELECT run_id, status FROM runs")
@@ -283,7 +289,7 @@ def test_no_batch_was_processed_twice_and_no_commit_was_lost(
     production: Production, concurrent_batches: list[str]
 ) -> None:
     settings = load_settings(production.env)
-    runs = catalog.read_table(settings, "stage_runs").to_pylist()
+    runs = bookkeeping.stage_runs(settings)
     counts = Counter((r["batch_id"], r["stage"]) for r in runs)
     expected = {(b, s) for b in concurrent_batches for s in pipeline.STAGE_NAMES}
     assert expected <= set(counts), "a stage of a batch never committed"
@@ -293,7 +299,7 @@ def test_no_batch_was_processed_twice_and_no_commit_was_lost(
             continue
         kept = catalog.read_batch(settings, row["stage"], row["batch_id"], columns=("doc_id",))
         assert kept.num_rows == row["records_kept"], (row["stage"], row["batch_id"])
-    checks = catalog.read_table(settings, "check_results").to_pylist()
+    checks = bookkeeping.check_results(settings)
     assert all(r["passed"] for r in checks), [r for r in checks if not r["passed"]]
 
 
