@@ -83,6 +83,29 @@ def ray_session(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> I
     ray.shutdown()
 
 
+def ray_workers_with(env: dict[str, str]) -> None:
+    """Make this process's Ray workers see `env` (e.g. S3 credentials set by a test).
+
+    Workers get the driver's credentials when it connects to a Ray on this machine; the
+    session's connection predates the test's variables, so reconnect (a new Ray job, same Ray).
+    """
+    import ray
+
+    from fm_assets.execution.compute import ensure_ray
+
+    @ray.remote(num_cpus=0)
+    def worker_env(names: list[str]) -> dict[str, str | None]:
+        return {name: os.environ.get(name) for name in names}
+
+    if ray.is_initialized() and ray.get(worker_env.remote(list(env))) == env:
+        return
+    ray.shutdown()
+    ensure_ray(load_settings())
+    seen = ray.get(worker_env.remote(list(env)))
+    if seen != env:
+        raise RuntimeError(f"Ray workers do not see the test's environment: {seen}")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_local_ray_left_running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """A test that ran a stage without the session's Ray started its FM_HOME's own: stop it."""

@@ -9,7 +9,6 @@ and `fm_loader.make_dataset` serving the set from its local cache, keyed by the 
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import bookkeeping, catalog
 from fm_assets.storage.landing import BatchManifest
-from tests.conftest import NEOX_TOKENIZER, WARC_DIR
+from tests.conftest import NEOX_TOKENIZER, WARC_DIR, ray_workers_with
 from tests.services.s3 import S3Server, seaweedfs_s3
 
 pytestmark = pytest.mark.slow
@@ -54,26 +53,6 @@ class S3Platform:
         }
 
 
-def _ray_workers_with(env: dict[str, str], num_cpus: int) -> None:
-    """Make the session's Ray workers see `env` (the S3 credentials), restarting Ray if not.
-
-    Ray workers inherit the environment Ray was started with; the session's Ray predates this
-    module's credentials, and S3 readers on workers need them exactly as in production.
-    """
-    import ray
-
-    from fm_assets.execution.compute import ensure_ray
-
-    @ray.remote(num_cpus=0)
-    def worker_env(names: list[str]) -> dict[str, str | None]:
-        return {name: os.environ.get(name) for name in names}
-
-    if ray.is_initialized() and ray.get(worker_env.remote(list(env))) == env:
-        return
-    ray.shutdown()
-    ensure_ray(load_settings({"FM_RAY_NUM_CPUS": str(num_cpus)}))
-
-
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     with seaweedfs_s3(tmp_path_factory.mktemp("seaweedfs")) as server:
@@ -98,7 +77,7 @@ def platform(
         # The session's Ray, requested only now: if this module starts it, its workers
         # inherit the credentials above and need no restart.
         request.getfixturevalue("ray_session")
-        _ray_workers_with(s3.env(), num_cpus=2)
+        ray_workers_with(s3.env())
         settings = load_settings()
         log: list[str] = []
         register_tokenizer(settings, NEOX_TOKENIZER, make_default=True)

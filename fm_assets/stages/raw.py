@@ -9,6 +9,7 @@ quarantining the duplicates the runner names.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from fm_assets.formats.splitting import RangeReader
 from fm_assets.stages.base import Stage, StageResult, quarantine_rows
 from fm_assets.storage import schemas
 from fm_assets.storage.objectstore import filesystem_for
+from fm_assets.storage.retry import with_retries
 
 # The input of the raw stage: one row per part of a landed file, in batch order.
 LANDED_PARTS = pa.schema(
@@ -86,22 +88,29 @@ class RawStage(Stage):
 
     def scan(self, parts: pa.Table) -> list[PartScan]:
         """Number each part's items and list the hashes of the records it would keep."""
-        found = []
-        for part in parts.to_pylist():
-            doc_ids: list[str] = []
-            items: list[int] = []
-            count = 0
-            for item in self._items(part):
-                count = item.index + 1
-                if isinstance(item, ParsedRecord) and self._problem(item.content) is None:
-                    doc_ids.append(hashlib.sha256(item.content).hexdigest())
-                    items.append(item.index)
-            candidates = pa.table(
-                {"doc_id": doc_ids, "part": [part["part"]] * len(items), "item": items},
-                schema=CANDIDATES,
+        return [
+            with_retries(
+                functools.partial(self._scan_part, part),
+                what=f"reading {part['file_uri']}",
+                must_exist=True,  # the landing manifest lists it
             )
-            found.append(PartScan(part["part"], count, candidates))
-        return found
+            for part in parts.to_pylist()
+        ]
+
+    def _scan_part(self, part: dict[str, object]) -> PartScan:
+        doc_ids: list[str] = []
+        items: list[int] = []
+        count = 0
+        for item in self._items(part):
+            count = item.index + 1
+            if isinstance(item, ParsedRecord) and self._problem(item.content) is None:
+                doc_ids.append(hashlib.sha256(item.content).hexdigest())
+                items.append(item.index)
+        candidates = pa.table(
+            {"doc_id": doc_ids, "part": [part["part"]] * len(items), "item": items},
+            schema=CANDIDATES,
+        )
+        return PartScan(int(part["part"]), count, candidates)  # type: ignore[call-overload]
 
     def read(self, parts: pa.Table, duplicates: Mapping[tuple[int, int], str]) -> StageResult:
         """Every record of `parts`: kept, or quarantined with a reason.
@@ -112,25 +121,40 @@ class RawStage(Stage):
         rows: list[dict[str, object]] = []
         rejects: list[dict[str, object]] = []
         for part in parts.to_pylist():
-            for item in self._items(part):
-                record_id = record_id_for(part["file_sha256"], part["first_index"] + item.index)
-                if isinstance(item, UnreadableRecord):
-                    reason = _in_part(part, item.reason)
-                    rejects.append(
-                        _reject(part, record_id, None, item.raw_sha256, item.rule, reason)
-                    )
-                    continue
-                sha = hashlib.sha256(item.content).hexdigest()
-                problem = self._problem(item.content)
-                original = duplicates.get((part["part"], item.index))
-                if problem is None and original is not None:
-                    problem = ("exact_duplicate", f"same raw bytes as {original}")
-                if problem is not None:
-                    rejects.append(_reject(part, record_id, sha, sha, *problem))
-                else:
-                    rows.append(_document(part, record_id, sha, item))
+            # A part is read whole or retried whole: a transient failure halfway through never
+            # leaves its rest unread or quarantined.
+            part_rows, part_rejects = with_retries(
+                functools.partial(self._read_part, part, duplicates),
+                what=f"reading {part['file_uri']}",
+                must_exist=True,
+            )
+            rows += part_rows
+            rejects += part_rejects
         kept = pa.Table.from_pylist(rows, schema=schemas.RAW_DOCUMENTS)
         return StageResult(kept=kept, quarantined=quarantine_rows(rejects))
+
+    def _read_part(
+        self, part: dict[str, object], duplicates: Mapping[tuple[int, int], str]
+    ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+        rows: list[dict[str, object]] = []
+        rejects: list[dict[str, object]] = []
+        for item in self._items(part):
+            index = int(part["first_index"]) + item.index  # type: ignore[call-overload]
+            record_id = record_id_for(str(part["file_sha256"]), index)
+            if isinstance(item, UnreadableRecord):
+                reason = _in_part(part, item.reason)
+                rejects.append(_reject(part, record_id, None, item.raw_sha256, item.rule, reason))
+                continue
+            sha = hashlib.sha256(item.content).hexdigest()
+            problem = self._problem(item.content)
+            original = duplicates.get((int(part["part"]), item.index))  # type: ignore[call-overload]
+            if problem is None and original is not None:
+                problem = ("exact_duplicate", f"same raw bytes as {original}")
+            if problem is not None:
+                rejects.append(_reject(part, record_id, sha, sha, *problem))
+            else:
+                rows.append(_document(part, record_id, sha, item))
+        return rows, rejects
 
     def process(self, batch: pa.Table) -> StageResult:
         """The records of `batch` (LANDED_PARTS) without deciding exact duplicates: the runner

@@ -23,6 +23,7 @@ from pyiceberg.table import Table
 from fm_assets.settings import Settings
 from fm_assets.storage import schemas  # noqa: F401  (declares the tables storage owns)
 from fm_assets.storage.objectstore import iceberg_s3_properties
+from fm_assets.storage.retry import with_retries
 from fm_assets.storage.tables import table_spec
 
 _lock = threading.Lock()
@@ -69,7 +70,15 @@ def table_schema(name: str) -> pa.Schema:
 
 
 def load_table(settings: Settings, name: str) -> Table:
-    """Load a platform table, creating it (with its partition spec) on first use."""
+    """Load a platform table, creating it (with its partition spec) on first use.
+
+    A catalog or metadata read that fails transiently (a dropped connection to Postgres, a reset
+    from S3) is retried; a persistent one raises `StorageUnavailable`.
+    """
+    return with_retries(lambda: _load_table(settings, name), what=f"loading table {name}")
+
+
+def _load_table(settings: Settings, name: str) -> Table:
     catalog = open_catalog(settings)
     identifier = f"{settings.namespace}.{name}"
     spec = table_spec(name)  # unknown names fail here, listing the declared tables

@@ -23,11 +23,15 @@ from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import ArrowScan, write_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
-from pyiceberg.table import FileScanTask, WriteTask
+from pyiceberg.table import FileScanTask, Table, WriteTask
 from pyiceberg.table.metadata import TableMetadata
 
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
+from fm_assets.storage.retry import with_retries
+
+# Snapshot property naming the commit that wrote it, so a retried commit is never applied twice.
+COMMIT_ID = "fm.commit-id"
 
 
 @dataclass(frozen=True)
@@ -50,9 +54,12 @@ def plan_files(
     settings: Settings, name: str, row_filter: BooleanExpression, snapshot_id: int | None
 ) -> list[FileScanTask]:
     """The data files holding rows of `name` that match `row_filter` at `snapshot_id`."""
-    table = catalog.load_table(settings, name)
-    scan = table.scan(row_filter=row_filter, snapshot_id=snapshot_id)
-    return list(scan.plan_files())
+
+    def plan() -> list[FileScanTask]:
+        table = catalog.load_table(settings, name)
+        return list(table.scan(row_filter=row_filter, snapshot_id=snapshot_id).plan_files())
+
+    return with_retries(plan, what=f"planning a scan of {name}", must_exist=True)
 
 
 def partition_value(handle: TableHandle, task: FileScanTask, column: str) -> object:
@@ -77,7 +84,12 @@ def read_files(
     schema = handle.metadata.schema()
     projected = schema.select(*columns) if columns else schema
     scan = ArrowScan(handle.metadata, handle.io, projected, row_filter=row_filter)
-    data = scan.to_table(list(tasks))
+    # The snapshot lists these files: one that cannot be found yet is retried, not skipped.
+    data = with_retries(
+        lambda: scan.to_table(list(tasks)),
+        what=f"reading {len(tasks)} data files of {handle.name}",
+        must_exist=True,
+    )
     wanted = pa.schema([handle.schema.field(c) for c in columns]) if columns else handle.schema
     return catalog.conform(data, wanted)
 
@@ -123,7 +135,11 @@ def write_files(
                 partition_key=key,
             )
         )
-    return list(write_file(handle.io, handle.metadata, iter(tasks)))
+    # A retry rewrites the same file names: nothing references them before the commit.
+    return with_retries(
+        lambda: list(write_file(handle.io, handle.metadata, iter(tasks))),
+        what=f"writing data files of {handle.name}",
+    )
 
 
 def _partition_values(data: pa.Table, columns: list[str]) -> list[tuple[object, ...]]:
@@ -143,16 +159,43 @@ def commit_files(
     """One transaction: remove the rows matching `replace` and add `data_files`; return the new
     snapshot id. Readers see the old rows or the new ones, never a mix; a crash before the commit
     leaves the old snapshot in place."""
-    table = catalog.load_table(settings, name)
-    with warnings.catch_warnings():
-        # A first run of a batch has nothing to delete; pyiceberg warns about that, harmlessly.
-        warnings.filterwarnings("ignore", message="Delete operation did not match any records")
-        with table.transaction() as tx:
-            tx.delete(replace, snapshot_properties=properties)
-            with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
-                for data_file in data_files:
-                    append.append_data_file(data_file)
-    snapshot = table.refresh().current_snapshot()
-    if snapshot is None:
-        raise RuntimeError(f"table {name} has no snapshot after a commit")
-    return snapshot.snapshot_id
+    commit_id = uuid.uuid4().hex
+    properties = {**properties, COMMIT_ID: commit_id}
+
+    def commit() -> int:
+        table = catalog.load_table(settings, name)
+        done = _snapshot_of_commit(table, commit_id)
+        if done is not None:
+            return done  # an earlier attempt landed but its answer was lost: do not commit twice
+        with warnings.catch_warnings():
+            # A first run of a batch has nothing to delete; pyiceberg warns about that, harmlessly.
+            warnings.filterwarnings("ignore", message="Delete operation did not match any records")
+            with table.transaction() as tx:
+                tx.delete(replace, snapshot_properties=properties)
+                with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
+                    for data_file in data_files:
+                        append.append_data_file(data_file)
+        snapshot = _snapshot_of_commit(table.refresh(), commit_id)
+        if snapshot is None:
+            raise RuntimeError(f"table {name} does not show commit {commit_id} after committing")
+        return snapshot
+
+    return with_retries(commit, what=f"committing {len(data_files)} data files to {name}")
+
+
+def _snapshot_of_commit(table: Table, commit_id: str) -> int | None:
+    """The id of the table's newest snapshot written by commit `commit_id`, if any.
+
+    A transaction writes up to two snapshots (delete, append), both tagged; the append is last.
+    Only the newest snapshots are looked at: a commit is checked right after it was tried.
+    """
+    current = table.current_snapshot()
+    checked = 0
+    while current is not None and checked < 16:
+        summary = current.summary
+        if summary is not None and summary.get(COMMIT_ID) == commit_id:
+            return current.snapshot_id
+        parent = current.parent_snapshot_id
+        current = table.snapshot_by_id(parent) if parent is not None else None
+        checked += 1
+    return None

@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from fm_assets.settings import Settings
+from fm_assets.storage.retry import with_retries
 from fm_loader.remote import filesystem_for, iceberg_s3_properties, s3_filesystem
 
 __all__ = [
@@ -49,11 +50,16 @@ class ObjectStore:
         return f"{self.uri_prefix.rstrip('/')}/{key.lstrip('/')}"
 
     def exists(self, key: str) -> bool:
-        return self.fs.get_file_info(self.path(key)).type != pafs.FileType.NotFound
+        info = with_retries(lambda: self.fs.get_file_info(self.path(key)), what=f"looking up {key}")
+        return info.type != pafs.FileType.NotFound
 
     def read_bytes(self, key: str) -> bytes:
-        with self.fs.open_input_stream(self.path(key), compression=None) as f:
-            return f.read()
+        def read() -> bytes:
+            with self.fs.open_input_stream(self.path(key), compression=None) as f:
+                data: bytes = f.read()
+            return data
+
+        return with_retries(read, what=f"reading {self.uri(key)}")
 
     def open_input(self, key: str) -> pafs.NativeFile:
         return self.fs.open_input_file(self.path(key))

@@ -1,0 +1,139 @@
+"""Faults of the environment lose nothing: a real S3 server behind a proxy that resets connections.
+
+The landing zone is on SeaweedFS (loopback); every read of a landed file goes through a TCP proxy
+that can cut answers halfway and reset the connection, as a flaky network or an overloaded store
+does. A read that fails that way is retried and never becomes a quarantine row; when the store
+stays down the stage fails, commits nothing, and the rerun reads every record.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fm_assets.commands import operations
+from fm_assets.execution.runner import run_stage
+from fm_assets.settings import Settings, load_settings
+from fm_assets.storage import bookkeeping, catalog
+from fm_assets.storage.retry import StorageUnavailable
+from tests.conftest import WARC_DIR, ray_workers_with
+from tests.services.flaky_proxy import FlakyProxy, flaky_proxy
+from tests.services.s3 import S3Server
+
+pytestmark = pytest.mark.slow
+
+# Two real crawls in one multi-member file, read in several byte-range parts.
+WARCS = [WARC_DIR / "wget-sample-0000.warc.gz", WARC_DIR / "wget-sample-0001.warc.gz"]
+PART_BYTES = 256 << 10
+
+
+@dataclass(frozen=True)
+class RawOutcome:
+    kept: list[tuple[object, ...]]  # (doc_id, record_id), sorted
+    quarantined: list[tuple[object, ...]]  # (record_id, rule), sorted
+
+
+def _crawl(directory: Path) -> Path:
+    crawl = directory / "crawl.warc.gz"
+    if not crawl.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        crawl.write_bytes(b"".join(w.read_bytes() for w in WARCS))
+    return crawl
+
+
+def _outcome(settings: Settings, batch_id: str) -> RawOutcome:
+    kept = catalog.read_batch(settings, "raw_documents", batch_id, columns=("doc_id", "record_id"))
+    bad = catalog.read_batch(settings, "quarantine", batch_id, columns=("record_id", "rule"))
+    return RawOutcome(
+        kept=sorted(tuple(r.values()) for r in kept.to_pylist()),
+        quarantined=sorted(tuple(r.values()) for r in bad.to_pylist()),
+    )
+
+
+@pytest.fixture(scope="module")
+def clean_outcome(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> RawOutcome:
+    """The raw stage's result on a local object store, with no fault anywhere."""
+    home = tmp_path_factory.mktemp("clean")
+    settings = load_settings(_env({"FM_HOME": str(home / "fm")}))
+    batch, _ = operations.land(settings, [_crawl(home)], source="crawl", license="CC0-1.0")
+    run_stage(settings, "raw_documents", batch.batch_id)
+    outcome = _outcome(settings, batch.batch_id)
+    assert len(outcome.kept) > 20
+    return outcome
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    import os
+
+    env = {"FM_PART_BYTES": str(PART_BYTES), **extra}
+    if os.environ.get("RAY_ADDRESS"):
+        env["RAY_ADDRESS"] = os.environ["RAY_ADDRESS"]
+    return env
+
+
+@dataclass(frozen=True)
+class FlakyLanding:
+    settings: Settings
+    proxy: FlakyProxy
+    batch_id: str
+
+
+@pytest.fixture
+def flaky_landing(
+    s3_session: S3Server,
+    ray_session: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[FlakyLanding]:
+    """A batch landed on S3 through the proxy (no faults yet); the warehouse is local."""
+    port = int(s3_session.endpoint.rsplit(":", 1)[1])
+    with flaky_proxy(port) as proxy:
+        for name, value in s3_session.env().items():
+            monkeypatch.setenv(name, value)
+        ray_workers_with(s3_session.env())
+        env = _env(
+            {
+                "FM_HOME": str(tmp_path / "fm"),
+                "FM_OBJECT_STORE": f"s3://{s3_session.bucket}/faults-{uuid.uuid4().hex[:8]}",
+                "FM_S3_ENDPOINT": proxy.endpoint,
+                **s3_session.env(),
+            }
+        )
+        settings = load_settings(env)
+        batch, _ = operations.land(
+            settings, [_crawl(tmp_path / "in")], source="crawl", license="CC0-1.0"
+        )
+        yield FlakyLanding(settings, proxy, batch.batch_id)
+
+
+def test_connections_reset_while_reading_landed_files_lose_no_record(
+    flaky_landing: FlakyLanding, clean_outcome: RawOutcome
+) -> None:
+    flaky_landing.proxy.fail_next(8)
+    run_stage(flaky_landing.settings, "raw_documents", flaky_landing.batch_id)
+
+    assert flaky_landing.proxy.injected >= 4, "reads were not cut short: no fault was tested"
+    outcome = _outcome(flaky_landing.settings, flaky_landing.batch_id)
+    # Record ids name the landed file's hash, which is the same on both stores.
+    assert outcome == clean_outcome
+
+
+def test_a_store_that_stays_down_fails_the_stage_and_the_rerun_reads_everything(
+    flaky_landing: FlakyLanding, clean_outcome: RawOutcome
+) -> None:
+    settings, batch_id = flaky_landing.settings, flaky_landing.batch_id
+    flaky_landing.proxy.fail_all()
+    with pytest.raises(StorageUnavailable, match=r"reading s3://.*failed \d+ times.*rerun"):
+        run_stage(settings, "raw_documents", batch_id)
+
+    # Nothing was committed: no rows, no quarantine rows, no stage run that would skip a rerun.
+    assert bookkeeping.latest_stage_run(settings, batch_id, "raw_documents") is None
+    assert _outcome(settings, batch_id) == RawOutcome(kept=[], quarantined=[])
+
+    flaky_landing.proxy.heal()
+    run_stage(settings, "raw_documents", batch_id)
+    assert _outcome(settings, batch_id) == clean_outcome
