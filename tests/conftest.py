@@ -1,4 +1,4 @@
-"""Shared fixtures: paths to the real shared data, a fresh FM_HOME per test, one Ray per session."""
+"""Shared fixtures: a fresh FM_HOME per test, one Ray per session (paths: tests/paths.py)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,10 @@ from pathlib import Path
 import pytest
 
 from fm_assets.settings import Settings, load_settings
+from tests.paths import SHARED_DATA
 
 # Session fixtures over real servers (Postgres, SeaweedFS S3, a two-node Ray cluster, fm dev).
 pytest_plugins = ["tests.services.fixtures"]
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
-WARC_DIR = SHARED_DATA / "warc"
-NEOX_TOKENIZER = SHARED_DATA / "tokenizers" / "gpt-neox-20b.json"
-LLAMA_TOKENIZER = SHARED_DATA / "tokenizers" / "llama2-style-32k.json"
 
 # Tests run on one machine with one trusted user; Ray's token auth is for clusters.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

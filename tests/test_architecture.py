@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.paths import REPO
 
 # Lower number = lower layer. A module may import its own package and any lower layer.
 LAYERS: dict[str, int] = {

@@ -15,6 +15,7 @@ import torch
 from loader_sets import WARC, WARC_2, Built, build_from_warc
 
 from fm_loader import collate, make_dataset, make_loader
+from tests.paths import REPO
 
 SEQ_LEN = 64
 
@@ -146,7 +147,7 @@ TRAINER = textwrap.dedent(
 
 
 def run_trainers(source: str, cache: Path, seeds: list[int]) -> list[str]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", TRAINER, source, str(cache), str(seed)],

@@ -12,7 +12,7 @@ import dagster as dg
 import pytest
 
 from fm_assets.execution import pipeline
-from tests.conftest import REPO
+from tests.paths import REPO
 
 
 def test_definitions_hold_the_whole_graph() -> None:
