@@ -11,8 +11,9 @@ import pytest
 from fm_assets.settings import Settings, load_settings
 from tests.paths import SHARED_DATA
 
-# Session fixtures over real servers (Postgres, SeaweedFS S3, a two-node Ray cluster, fm dev).
-pytest_plugins = ["tests.services.fixtures"]
+# Session fixtures over real servers (Postgres, SeaweedFS S3, a two-node Ray cluster, fm dev),
+# and the loader tests' shard sets (`web`, `code`, shaped per module by `set_shape`).
+pytest_plugins = ["tests.services.fixtures", "tests.shard_sets"]
 
 # Tests run on one machine with one trusted user; Ray's token auth is for clusters.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
