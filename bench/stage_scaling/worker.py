@@ -43,20 +43,22 @@ def timed_stage(settings: Any, stage: str, batch_id: str) -> dict[str, Any]:
     machine_s = machine_busy_seconds() - machine
     if report.skipped:
         raise RuntimeError(f"{stage} for {batch_id} was up to date: nothing was measured")
-    read_at = next(t for t, message in events if " input rows " in message)
-    chunk_events = [(t, message) for t, message in events if message.endswith(" chunks")]
-    last_chunk_at = chunk_events[-1][0] if chunk_events else read_at
-    chunks = int(chunk_events[-1][1].rsplit("/", 1)[1].split()[0]) if chunk_events else 0
+    # The runner announces its plan ("... in N slices"; the near-dup stage does not) and then
+    # reports its last Ray tasks, those that write the stage's files, as "<stage>: k/N done".
+    plan_at = next((t for t, message in events if message.endswith(" slices")), started)
+    written = [(t, m) for t, m in events if m.startswith(f"{stage}: ") and " done, " in m]
+    ray_end = written[-1][0] if written else plan_at
+    slices = int(written[-1][1].split("/", 1)[1].split()[0]) if written else 0
     return {
         "stage": stage,
         "seconds": ended - started,
         "report_seconds": report.seconds,
-        "read_s": read_at - started,  # build, stage_runs lookups, Iceberg read of the input
-        "ray_s": last_chunk_at - read_at,  # Ray tasks, shipping chunks and results
-        "commit_s": ended - last_chunk_at,  # driver-side combine and the Iceberg commits
+        "plan_s": plan_at - started,  # build, stage_runs lookups, planning the input slices
+        "ray_s": ray_end - plan_at,  # every Ray task: read, process, decide, write data files
+        "commit_s": ended - ray_end,  # the Iceberg commits and the stage_runs row
         "cpu_s": cpu_s,
         "others_cpu_s": max(0.0, machine_s - cpu_s),  # other tenants' CPU, steal included
-        "chunks": chunks,
+        "slices": slices,
         "docs_in": report.records_in,
         "docs_kept": report.records_kept,
     }
@@ -99,7 +101,7 @@ def worker(cpus: int, root: Path, result: Path) -> None:
         for stage in run_pipeline(settings, batch_id):
             log(
                 f"{cpus} CPU(s) {stage['stage']}: {stage['docs_in']} -> {stage['docs_kept']} "
-                f"docs in {stage['seconds']:.2f}s ({stage['chunks']} chunks)"
+                f"docs in {stage['seconds']:.2f}s ({stage['slices']} slices)"
             )
             stages.append(stage)
         load_end = os.getloadavg()
@@ -118,16 +120,18 @@ def worker(cpus: int, root: Path, result: Path) -> None:
 
 
 def stage_input(settings: Any, stage_name: str, batch_id: str) -> Any:
-    """The table `run_stage` splits into chunks: landed files, or the upstream partition."""
+    """What the stage's `process` reads: the landed files (each whole), or the upstream
+    partition as committed."""
     from fm_assets.execution import pipeline
-    from fm_assets.execution.runner import landed_files_table, latest_stage_run
+    from fm_assets.execution.planning import landed_parts
     from fm_assets.storage import catalog
+    from fm_assets.storage.bookkeeping import latest_stage_run
     from fm_assets.storage.landing import read_manifest
     from fm_assets.storage.objectstore import open_object_store
 
     upstream = pipeline.upstream_of(stage_name)
     if upstream is None:
-        return landed_files_table(settings, read_manifest(open_object_store(settings), batch_id))
+        return landed_parts(settings, read_manifest(open_object_store(settings), batch_id), {})
     run = latest_stage_run(settings, batch_id, upstream)
     if run is None:
         raise RuntimeError(f"{upstream} never ran for {batch_id} in {settings.home}")
@@ -135,17 +139,15 @@ def stage_input(settings: Any, stage_name: str, batch_id: str) -> Any:
 
 
 def measure_alone(settings: Any, batch_id: str) -> list[dict[str, Any]]:
-    """Each stage's `process` on its whole input and its `combine`, on one core, without Ray.
+    """Each stage's `process` on its whole input, on one core, without Ray.
 
     The inputs are the partitions the Ray run just committed. One warm call on a few rows
-    first: imports and model loads are the warm-up's business in the Ray runs too.
+    first: imports and model loads are the warm-up's business in the Ray runs too. Decisions
+    across the batch's slices and other batches (exact and near duplicates) are Ray work with
+    no single-process counterpart: `process` decides them within its input only.
     """
-    import functools
-
     from fm_assets.curation.policy import load_policy
     from fm_assets.execution import pipeline
-    from fm_assets.execution.runner import other_batches
-    from fm_assets.stages.base import CombineContext
     from fm_assets.storage.landing import read_manifest
     from fm_assets.storage.objectstore import open_object_store
 
@@ -159,25 +161,10 @@ def measure_alone(settings: Any, batch_id: str) -> list[dict[str, Any]]:
         inputs = stage_input(settings, name, batch_id)
         stage.process(inputs.slice(0, min(4, inputs.num_rows)))
         started, cpu = time.perf_counter(), time.thread_time()
-        processed = stage.process(inputs)
+        stage.process(inputs)
         process_s, process_cpu_s = time.perf_counter() - started, time.thread_time() - cpu
-        context = CombineContext(
-            batch_id=batch_id,
-            earlier_documents={},  # the batch is its home's only one
-            read_other_batches=functools.partial(other_batches, settings, batch_id),
-        )
-        started = time.perf_counter()
-        stage.combine(processed, context)
-        combine_s = time.perf_counter() - started
-        log(f"alone {name}: process {process_s:.2f}s, combine {combine_s:.2f}s")
-        out.append(
-            {
-                "stage": name,
-                "process_s": process_s,
-                "process_cpu_s": process_cpu_s,
-                "combine_s": combine_s,
-            }
-        )
+        log(f"alone {name}: process {process_s:.2f}s")
+        out.append({"stage": name, "process_s": process_s, "process_cpu_s": process_cpu_s})
     return out
 
 
