@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.fm_home import fresh_home, land
+from bench.fm_home import fresh_home, land, stage_phases
 from bench.harness import ARTICLE_HTML_FILES, WARC_FILES, log, tree_cpu_seconds
 from bench.stage_scaling.machine import machine_busy_seconds
 
@@ -43,22 +43,17 @@ def timed_stage(settings: Any, stage: str, batch_id: str) -> dict[str, Any]:
     machine_s = machine_busy_seconds() - machine
     if report.skipped:
         raise RuntimeError(f"{stage} for {batch_id} was up to date: nothing was measured")
-    # The runner announces its plan ("... in N slices"; the near-dup stage does not) and then
-    # reports its last Ray tasks, those that write the stage's files, as "<stage>: k/N done".
-    plan_at = next((t for t, message in events if message.endswith(" slices")), started)
-    written = [(t, m) for t, m in events if m.startswith(f"{stage}: ") and " done, " in m]
-    ray_end = written[-1][0] if written else plan_at
-    slices = int(written[-1][1].split("/", 1)[1].split()[0]) if written else 0
+    phases = stage_phases(stage, started, ended, events)
     return {
         "stage": stage,
         "seconds": ended - started,
         "report_seconds": report.seconds,
-        "plan_s": plan_at - started,  # build, stage_runs lookups, planning the input slices
-        "ray_s": ray_end - plan_at,  # every Ray task: read, process, decide, write data files
-        "commit_s": ended - ray_end,  # the Iceberg commits and the stage_runs row
+        "plan_s": phases.plan_s,
+        "ray_s": phases.ray_s,
+        "commit_s": phases.commit_s,
         "cpu_s": cpu_s,
         "others_cpu_s": max(0.0, machine_s - cpu_s),  # other tenants' CPU, steal included
-        "slices": slices,
+        "slices": phases.slices,
         "docs_in": report.records_in,
         "docs_kept": report.records_kept,
     }
