@@ -1,9 +1,10 @@
 """The curation stages in the pipeline: two landing batches of real text through Ray and Iceberg.
 
-Batch 1: article bodies from the shared extraction benchmark, PII planted in one of them, and the
-bad inputs the issue lists. Batch 2: near-copies of batch-1 articles (a few words changed) and
-fresh articles. A dataset policy names allowed languages, overrides a threshold and uses a quality
-classifier trained and registered with `fm classifier train --default-recipe`.
+Batch 1: article bodies from the shared extraction benchmark, PII planted in one of them, and bad
+inputs (empty, one word, a huge line, binary junk, mixed scripts, German). Batch 2: near-copies of
+batch-1 articles (a few words changed) and fresh articles. A dataset policy names allowed
+languages, overrides a threshold and uses a quality classifier trained and registered with
+`fm classifier train --default-recipe`.
 """
 
 from __future__ import annotations
