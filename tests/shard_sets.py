@@ -142,27 +142,23 @@ def set_shape() -> SetShape:
     return SetShape(seq_len=64, shard_bytes=64 << 10)
 
 
+def _warc_set(factory: pytest.TempPathFactory, name: str, warc: Path, shape: SetShape) -> Built:
+    return build_from_warc(
+        factory.mktemp(name) / "set",
+        warc,
+        shape.seq_len,
+        version=f"{name}@v1",
+        size_limit_bytes=shape.shard_bytes,
+    )
+
+
 @pytest.fixture(scope="module")
 def web(set_shape: SetShape, tmp_path_factory: pytest.TempPathFactory) -> Built:
     """wget-sample-0000's pages as the shard set `web@v1`."""
-    directory = tmp_path_factory.mktemp("web") / "set"
-    return build_from_warc(
-        directory,
-        WGET_WARC,
-        set_shape.seq_len,
-        version="web@v1",
-        size_limit_bytes=set_shape.shard_bytes,
-    )
+    return _warc_set(tmp_path_factory, "web", WGET_WARC, set_shape)
 
 
 @pytest.fixture(scope="module")
 def code(set_shape: SetShape, tmp_path_factory: pytest.TempPathFactory) -> Built:
     """wget-sample-0001's pages as the shard set `code@v1`: a second source for mixtures."""
-    directory = tmp_path_factory.mktemp("code") / "set"
-    return build_from_warc(
-        directory,
-        WGET_WARC_2,
-        set_shape.seq_len,
-        version="code@v1",
-        size_limit_bytes=set_shape.shard_bytes,
-    )
+    return _warc_set(tmp_path_factory, "code", WGET_WARC_2, set_shape)
