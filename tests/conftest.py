@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from fm_assets.settings import Settings, load_settings
-from tests.paths import SHARED_DATA
+
+# Paths are defined in tests/paths.py. SHARED_DATA is used here; the others stay importable from
+# conftest for tests written against it (import new ones from tests.paths).
+from tests.paths import LLAMA_TOKENIZER, NEOX_TOKENIZER, REPO, SHARED_DATA, WARC_DIR  # noqa: F401
 
 # Session fixtures over real servers (Postgres, SeaweedFS S3, a two-node Ray cluster, fm dev),
 # and the loader tests' shard sets (`web`, `code`, shaped per module by `set_shape`).

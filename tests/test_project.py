@@ -249,6 +249,7 @@ def test_the_readme_layout_lists_the_platform_as_it_is() -> None:
 
 
 def test_the_readme_names_every_table() -> None:
+    import fm_assets.definitions  # noqa: F401  (imports every module that declares a table)
     from fm_assets.storage.tables import declared_tables
 
     text = README.read_text(encoding="utf-8")

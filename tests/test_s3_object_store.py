@@ -23,11 +23,12 @@ from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import bookkeeping, catalog
 from fm_assets.storage.landing import BatchManifest
-from tests.paths import NEOX_TOKENIZER, WGET_WARC
+from tests.conftest import NEOX_TOKENIZER, WARC_DIR
 from tests.services.s3 import S3Server, seaweedfs_s3
 
 pytestmark = pytest.mark.slow
 
+WARC = WARC_DIR / "wget-sample-0000.warc.gz"
 SEQ_LEN = 1024
 OBJECTS = "platform"  # prefix of FM_OBJECT_STORE inside the bucket
 WAREHOUSE = "warehouse"  # prefix of FM_WAREHOUSE inside the bucket
@@ -101,7 +102,7 @@ def platform(
         settings = load_settings()
         log: list[str] = []
         register_tokenizer(settings, NEOX_TOKENIZER, make_default=True)
-        batch, created = operations.land(settings, [WGET_WARC], source="wget", license="Apache-2.0")
+        batch, created = operations.land(settings, [WARC], source="wget", license="Apache-2.0")
         assert created
         operations.run_batch(settings, batch.batch_id, log.append)  # raises if a check fails
         version_key = operations.create_version(settings, "web", [], log.append)
@@ -128,7 +129,7 @@ def test_landed_files_and_log_are_in_the_bucket(platform: S3Platform) -> None:
     objects = platform.keys(f"{OBJECTS}/landing")
     prefix = f"{OBJECTS}/landing/batches/{platform.batch.batch_id}"
     (landed,) = platform.batch.files
-    assert objects[f"{OBJECTS}/{landed.key}"] == WGET_WARC.stat().st_size
+    assert objects[f"{OBJECTS}/{landed.key}"] == WARC.stat().st_size
     assert f"{prefix}/manifest.json" in objects
     with platform.s3.filesystem().open_input_stream(
         f"{platform.s3.bucket}/{OBJECTS}/{landed.key}", compression=None
@@ -138,9 +139,7 @@ def test_landed_files_and_log_are_in_the_bucket(platform: S3Platform) -> None:
     assert [b for _, b in published_log(store)] == [platform.batch.batch_id]
     assert read_manifest(store, platform.batch.batch_id) == platform.batch
     # Landing the same file again finds the batch in S3 and does no new work.
-    again, created = operations.land(
-        platform.settings, [WGET_WARC], source="wget", license="Apache-2.0"
-    )
+    again, created = operations.land(platform.settings, [WARC], source="wget", license="Apache-2.0")
     assert not created and again == platform.batch
 
 
@@ -151,7 +150,7 @@ def test_ray_workers_read_the_landed_files_from_s3(platform: S3Platform) -> None
     quarantine = catalog.read_batch(s, "quarantine", batch_id).to_pylist()
     assert [r["reason"] for r in quarantine if r["rule"] == "read_error"] == []
     raw = catalog.read_batch(s, "raw_documents", batch_id, columns=("source_file",))
-    assert raw.num_rows >= 10 and set(raw.column("source_file").to_pylist()) == {WGET_WARC.name}
+    assert raw.num_rows >= 10 and set(raw.column("source_file").to_pylist()) == {WARC.name}
     tokenized = catalog.read_batch(s, "tokenized_documents", batch_id, columns=("doc_id",))
     assert tokenized.num_rows >= 10
     stranger = pafs.S3FileSystem(
