@@ -1,8 +1,10 @@
-"""A fresh FM_HOME for a benchmark run, and landing files into it as one new batch."""
+"""A fresh FM_HOME for a benchmark run, landing files into it as one new batch, and where a
+timed `run_stage` call spent its time."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.harness import NEOX_TOKENIZER
@@ -39,3 +41,29 @@ def land(settings: Settings, paths: Sequence[Path], source: str) -> str:
     if not created:
         raise RuntimeError(f"batch {manifest.batch_id} existed already: nothing would be timed")
     return manifest.batch_id
+
+
+@dataclass(frozen=True)
+class StagePhases:
+    """One `run_stage` call split at its progress messages."""
+
+    plan_s: float  # stage build, stage_runs lookups, planning the input's slices
+    ray_s: float  # every Ray task up to the last one writing the stage's data files
+    commit_s: float  # the Iceberg commits and the stage_runs row, on the driver
+    slices: int  # Ray tasks that wrote the stage's data files
+
+
+def stage_phases(
+    stage: str, started: float, ended: float, events: Sequence[tuple[float, str]]
+) -> StagePhases:
+    """Split a `run_stage` call of `stage` at its (time, message) progress events.
+
+    The runner announces its plan ("... in N slices"; the near-dup stage does not, so its
+    planning counts as Ray time) and then reports its last Ray tasks, those writing the stage's
+    files, as "<stage>: k/N done, ...".
+    """
+    plan_at = next((t for t, message in events if message.endswith(" slices")), started)
+    written = [(t, m) for t, m in events if m.startswith(f"{stage}: ") and " done, " in m]
+    ray_end = written[-1][0] if written else plan_at
+    slices = int(written[-1][1].split("/", 1)[1].split()[0]) if written else 0
+    return StagePhases(plan_at - started, ray_end - plan_at, ended - ray_end, slices)

@@ -1,4 +1,4 @@
-"""Shared fixtures: paths to the real shared data, a fresh FM_HOME per test, one Ray per session."""
+"""Shared fixtures: a fresh FM_HOME per test, one Ray per session (paths: tests/paths.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,13 @@ import pytest
 
 from fm_assets.settings import Settings, load_settings
 
-# Session fixtures over real servers (Postgres, SeaweedFS S3, a two-node Ray cluster, fm dev).
-pytest_plugins = ["tests.services.fixtures"]
+# Paths are defined in tests/paths.py. SHARED_DATA is used here; the others stay importable from
+# conftest for tests written against it (import new ones from tests.paths).
+from tests.paths import LLAMA_TOKENIZER, NEOX_TOKENIZER, REPO, SHARED_DATA, WARC_DIR  # noqa: F401
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
-WARC_DIR = SHARED_DATA / "warc"
-NEOX_TOKENIZER = SHARED_DATA / "tokenizers" / "gpt-neox-20b.json"
-LLAMA_TOKENIZER = SHARED_DATA / "tokenizers" / "llama2-style-32k.json"
+# Session fixtures over real servers (Postgres, SeaweedFS S3, a two-node Ray cluster, fm dev),
+# and the loader tests' shard sets (`web`, `code`, shaped per module by `set_shape`).
+pytest_plugins = ["tests.services.fixtures", "tests.shard_sets"]
 
 # Tests run on one machine with one trusted user; Ray's token auth is for clusters.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

@@ -4,12 +4,13 @@ functions): each package imports only packages of lower layers, and the loader s
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.paths import REPO
 
 # Lower number = lower layer. A module may import its own package and any lower layer.
 LAYERS: dict[str, int] = {
@@ -109,7 +110,35 @@ def test_no_module_reaches_into_another_modules_private_names() -> None:
     assert not private, "make these public where they live:\n" + "\n".join(private)
 
 
-@pytest.mark.parametrize("top", ["fm_assets"])
-def test_top_of_the_platform_holds_few_modules(top: str) -> None:
-    modules = sorted(p.name for p in (REPO / top).glob("*.py"))
-    assert len(modules) <= 10, modules
+MAX_MODULE_LINES = 400  # past this a module mixes concerns: split it (docs/architecture.md)
+MAX_TOP_MODULES = 10  # the top of the platform: settings, definitions; the rest lives in layers
+
+
+@pytest.mark.parametrize("package", ["fm_assets", "fm_loader"])
+def test_no_module_is_longer_than_400_lines(package: str) -> None:
+    lines = {str(p.relative_to(REPO)): len(p.read_text().splitlines()) for p in _modules(package)}
+    long = {path: n for path, n in lines.items() if n > MAX_MODULE_LINES}
+    assert lines
+    assert not long, f"split these by concern (at most {MAX_MODULE_LINES} lines): {long}"
+
+
+def test_top_of_the_platform_holds_few_modules() -> None:
+    modules = sorted(p.name for p in (REPO / "fm_assets").glob("*.py"))
+    assert "settings.py" in modules and len(modules) <= MAX_TOP_MODULES, modules
+
+
+# "issue" followed by a number: a tracker reference the reader of the code cannot follow.
+TRACKER_REFERENCE = re.compile(r"\bissue\s+#?\d+", re.IGNORECASE)
+
+
+def test_no_tracker_references_in_code_tests_or_docs() -> None:
+    roots = ("fm_assets", "fm_loader", "tests", "bench", "docs", "deploy")
+    files = [p for root in roots for p in (REPO / root).rglob("*") if p.suffix in (".py", ".md")]
+    found = [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+        for path in [*files, REPO / "README.md"]
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if TRACKER_REFERENCE.search(line)
+    ]
+    assert files
+    assert not found, "say what is meant instead:\n" + "\n".join(found)

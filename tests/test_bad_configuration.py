@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.paths import REPO
 from tests.services.fixtures import s3_credentials
 from tests.services.postgres import PostgresServer
 from tests.services.s3 import S3Server

@@ -14,7 +14,7 @@ from fm_assets.execution import pipeline
 from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import load_settings
 from fm_assets.storage import catalog
-from tests.conftest import NEOX_TOKENIZER, WARC_DIR
+from tests.paths import NEOX_TOKENIZER, WARC_DIR
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fm_assets.commands.dev import descendants
-from tests.conftest import REPO
+from tests.paths import REPO
 from tests.services.fixtures import Production, s3_credentials, start_fm_dev, stop_fm_dev
 
 pytestmark = pytest.mark.slow

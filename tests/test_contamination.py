@@ -61,10 +61,6 @@ from fm_assets.contamination.registry import (
     from_stored,
 )
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
-EVALSETS = SHARED_DATA / "evalsets"
-
 
 def _eval_set(items: list[tuple[str, ...] | tuple[tuple[str, ...], ...]]) -> EvalSet:
     """A tiny in-memory eval set; each item is its field values."""

@@ -20,10 +20,7 @@ from fm_assets.defs.materialize import materialize
 from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog
-from tests.conftest import NEOX_TOKENIZER, SHARED_DATA
-
-EVALSETS = SHARED_DATA / "evalsets"
-GROUND_TRUTH = SHARED_DATA / "extraction" / "article-extraction-benchmark" / "ground-truth.json"
+from tests.paths import ARTICLE_GROUND_TRUTH, EVALSETS, NEOX_TOKENIZER
 
 
 def _gsm8k(n: int) -> list[dict[str, str]]:
@@ -37,7 +34,7 @@ def _humaneval(n: int) -> list[dict[str, str]]:
 
 
 def _articles(n: int) -> list[str]:
-    truth = json.loads(GROUND_TRUTH.read_text())
+    truth = json.loads(ARTICLE_GROUND_TRUTH.read_text())
     return [v["articleBody"] for _, v in sorted(truth.items())][:n]
 
 

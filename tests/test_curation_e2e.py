@@ -1,9 +1,10 @@
 """The curation stages in the pipeline: two landing batches of real text through Ray and Iceberg.
 
-Batch 1: article bodies from the shared extraction benchmark, PII planted in one of them, and the
-bad inputs the issue lists. Batch 2: near-copies of batch-1 articles (a few words changed) and
-fresh articles. A dataset policy names allowed languages, overrides a threshold and uses a quality
-classifier trained and registered with `fm classifier train --default-recipe`.
+Batch 1: article bodies from the shared extraction benchmark, PII planted in one of them, and bad
+inputs (empty, one word, a huge line, binary junk, mixed scripts, German). Batch 2: near-copies of
+batch-1 articles (a few words changed) and fresh articles. A dataset policy names allowed
+languages, overrides a threshold and uses a quality classifier trained and registered with
+`fm classifier train --default-recipe`.
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ from fm_assets.execution import pipeline
 from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog
-from tests.conftest import NEOX_TOKENIZER, REPO, SHARED_DATA
+from tests.paths import ARTICLE_GROUND_TRUTH, NEOX_TOKENIZER, REPO, SHARED_DATA
 
 pytestmark = pytest.mark.slow
 
-GROUND_TRUTH = SHARED_DATA / "extraction" / "article-extraction-benchmark" / "ground-truth.json"
 PII_TEXT = (
     " Contact the editor at jane.doe@example.org or call +1 (415) 555-0134. The server at "
     "8.8.4.4 logged card 4111 1111 1111 1111, while 192.168.1.20 stayed internal."
@@ -45,7 +45,7 @@ class Curated:
 
 
 def _articles() -> list[tuple[str, str]]:
-    truth = json.loads(GROUND_TRUTH.read_text())
+    truth = json.loads(ARTICLE_GROUND_TRUTH.read_text())
     bodies = [(key, v["articleBody"]) for key, v in sorted(truth.items())]
     # Long, mostly-ASCII articles (English and a few other Latin-script languages).
     return [

@@ -24,7 +24,7 @@ from fm_assets.commands import operations
 from fm_assets.execution import pipeline
 from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import load_settings
-from tests.conftest import NEOX_TOKENIZER, REPO, WARC_DIR
+from tests.paths import NEOX_TOKENIZER, REPO, WARC_DIR
 
 pytestmark = pytest.mark.slow
 

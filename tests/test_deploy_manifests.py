@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO, SHARED_DATA
+from tests.paths import REPO, SHARED_DATA
 
 DEPLOY = REPO / "deploy"
 CRDS = SHARED_DATA / "k8s" / "kuberay-v1.7.0"

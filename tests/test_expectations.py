@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -22,6 +21,7 @@ from fm_assets.checks.expectations import (
     gx_expectation,
     validate_documents,
 )
+from tests.paths import REPO
 
 KINDS: tuple[DocumentKind, ...] = ("raw", "text", "tokenized")
 TOKENIZER_HASH = hashlib.sha256(b"tokenizer.json").hexdigest()
@@ -209,8 +209,7 @@ def test_unknown_kind_is_rejected() -> None:
 
 def test_importing_the_module_leaves_great_expectations_unimported() -> None:
     code = "import sys, fm_assets.checks.expectations; print('great_expectations' in sys.modules)"
-    root = Path(__file__).resolve().parents[1]
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "False"

@@ -14,31 +14,24 @@ import hashlib
 import json
 import statistics
 from collections import Counter
-from pathlib import Path
 
 import pyarrow as pa
 
 from fm_assets.formats.sniff import charset_from_meta
 from fm_assets.stages.extract import ExtractStage
 from fm_assets.storage import schemas
+from tests.paths import ARTICLE_BENCHMARK
 
-BENCHMARK = (
-    Path(__file__).resolve().parents[1].parent
-    / "shared"
-    / "data"
-    / "extraction"
-    / "article-extraction-benchmark"
-)
 PAGES = 181
 MIN_MACRO_F1 = 0.95
 
 
 def _raw_documents() -> tuple[pa.Table, dict[str, str]]:
     """The benchmark pages as RAW_DOCUMENTS rows, and each page's articleBody by page id."""
-    truth = json.loads((BENCHMARK / "ground-truth.json").read_text(encoding="utf-8"))
+    truth = json.loads((ARTICLE_BENCHMARK / "ground-truth.json").read_text(encoding="utf-8"))
     rows = []
     for index, (page_id, item) in enumerate(sorted(truth.items())):
-        raw = gzip.decompress((BENCHMARK / "html" / f"{page_id}.html.gz").read_bytes())
+        raw = gzip.decompress((ARTICLE_BENCHMARK / "html" / f"{page_id}.html.gz").read_bytes())
         sha = hashlib.sha256(raw).hexdigest()
         rows.append(
             {

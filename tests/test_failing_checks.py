@@ -16,7 +16,7 @@ from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions.dataset_version import default_batches
-from tests.conftest import NEOX_TOKENIZER
+from tests.paths import NEOX_TOKENIZER
 
 pytestmark = pytest.mark.slow
 

@@ -33,9 +33,8 @@ from fm_assets.formats import (
     detect_format,
     iter_file_records,
 )
+from tests.paths import EDGE_DIR, WARC_DIR, WGET_WARC
 
-WARC_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "warc"
-EDGE_DIR = WARC_DIR / "edge"
 ALL_ARCHIVES = sorted(p for p in WARC_DIR.rglob("*") if p.is_file())
 
 
@@ -591,7 +590,7 @@ class _FailingStream(io.RawIOBase):
 
 def test_source_errors_are_raised_not_quarantined() -> None:
     # A network failure is not bad data: the caller must retry the file, not quarantine it.
-    data = (WARC_DIR / "wget-sample-0000.warc.gz").read_bytes()[:100_000]
+    data = WGET_WARC.read_bytes()[:100_000]
     stream = io.BufferedReader(_FailingStream(data))
 
     with pytest.raises(ConnectionResetError):

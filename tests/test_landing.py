@@ -12,7 +12,7 @@ import pytest
 from fm_assets.settings import Settings
 from fm_assets.storage.landing import land_files, list_batches, published_log, read_manifest
 from fm_assets.storage.objectstore import open_object_store
-from tests.conftest import REPO, WARC_DIR
+from tests.paths import REPO, WARC_DIR
 
 
 def test_same_files_land_as_the_same_batch(fm_settings: Settings, tmp_path: Path) -> None:

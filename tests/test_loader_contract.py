@@ -18,38 +18,22 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from loader_sets import WARC, WARC_2, Built, build_from_warc
 
 import fm_loader.dataset
 from fm_loader import Epochs, FmDataset, make_dataset
 from fm_loader.mixture import MixtureSpec, ScheduleCursor
 from fm_loader.plan import SourceOrder, permutation
+from tests.paths import WGET_WARC_2
+from tests.shard_sets import Built, SetShape, build_from_warc
 
 SEQ_LEN = 32
 Key = tuple[int, int]  # (source index, sample index)
 
 
 @pytest.fixture(scope="module")
-def web(tmp_path_factory: pytest.TempPathFactory) -> Built:
+def set_shape() -> SetShape:
     # 32-token samples and ~40 KB shards: a few thousand real samples over many shards.
-    return build_from_warc(
-        tmp_path_factory.mktemp("web") / "set",
-        WARC,
-        SEQ_LEN,
-        version="web@v1",
-        size_limit_bytes=40 << 10,
-    )
-
-
-@pytest.fixture(scope="module")
-def code(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    return build_from_warc(
-        tmp_path_factory.mktemp("code") / "set",
-        WARC_2,
-        SEQ_LEN,
-        version="code@v1",
-        size_limit_bytes=40 << 10,
-    )
+    return SetShape(seq_len=SEQ_LEN, shard_bytes=40 << 10)
 
 
 def keys(samples: list[dict[str, Any]]) -> list[Key]:
@@ -350,7 +334,7 @@ def test_state_pins_the_stream_and_names_every_mismatch(
     # The same path holding other content (a rebuilt set) is caught by its content hash.
     moved = tmp_path / "web"
     shutil.copytree(web.directory, moved)
-    rebuilt = build_from_warc(tmp_path / "rebuilt", WARC_2, SEQ_LEN, version="web@v1")
+    rebuilt = build_from_warc(tmp_path / "rebuilt", WGET_WARC_2, SEQ_LEN, version="web@v1")
     state_moved = make_dataset(str(moved), seed=4, shuffle_window=64).state_dict()
     shutil.rmtree(moved)
     shutil.copytree(rebuilt.directory, moved)

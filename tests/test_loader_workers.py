@@ -12,33 +12,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from loader_sets import WARC, WARC_2, Built, build_from_warc
 
 from fm_loader import collate, make_dataset, make_loader
-
-SEQ_LEN = 64
-
-
-@pytest.fixture(scope="module")
-def web(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    return build_from_warc(
-        tmp_path_factory.mktemp("web") / "set",
-        WARC,
-        SEQ_LEN,
-        version="web@v1",
-        size_limit_bytes=64 << 10,
-    )
+from tests.paths import REPO
+from tests.shard_sets import Built, SetShape
 
 
 @pytest.fixture(scope="module")
-def code(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    return build_from_warc(
-        tmp_path_factory.mktemp("code") / "set",
-        WARC_2,
-        SEQ_LEN,
-        version="code@v1",
-        size_limit_bytes=64 << 10,
-    )
+def set_shape() -> SetShape:
+    # 64-token samples in 64 KB shards: every worker reads several shards.
+    return SetShape(seq_len=64, shard_bytes=64 << 10)
 
 
 def stream(dataset_order: list[dict[str, torch.Tensor]]) -> list[tuple[int, int]]:
@@ -146,7 +129,7 @@ TRAINER = textwrap.dedent(
 
 
 def run_trainers(source: str, cache: Path, seeds: list[int]) -> list[str]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", TRAINER, source, str(cache), str(seed)],

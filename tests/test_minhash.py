@@ -30,16 +30,15 @@ from fm_assets.curation.minhash.signatures import (
     signatures,
     sketch,
 )
+from tests.paths import ARTICLE_GROUND_TRUTH, SHARED_DATA
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-ARTICLES = SHARED_DATA / "extraction" / "article-extraction-benchmark" / "ground-truth.json"
 CLOUGH = SHARED_DATA / "neardup" / "clough-stevenson"
 MASK32 = 0xFFFFFFFF
 
 
 @pytest.fixture(scope="module")
 def articles() -> list[str]:
-    data = json.loads(ARTICLES.read_text())
+    data = json.loads(ARTICLE_GROUND_TRUTH.read_text())
     return [data[key]["articleBody"] for key in sorted(data)]
 
 

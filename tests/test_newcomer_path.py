@@ -18,7 +18,7 @@ from fm_assets.registries.tokenizers import default_tokenizer, register_tokenize
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.bookkeeping import latest_stage_run
-from tests.conftest import NEOX_TOKENIZER
+from tests.paths import NEOX_TOKENIZER
 
 ENGLISH = "The river flows past the old mill and the village. " * 12
 

@@ -11,7 +11,6 @@ import dataclasses
 import itertools
 import random
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -30,8 +29,8 @@ from fm_assets.curation.pii.redaction import (
     redact,
     redact_batch,
 )
+from tests.paths import SHARED_DATA
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 PRESIDIO_FILE = SHARED_DATA / "pii" / "presidio-synth-v2.json"
 
 

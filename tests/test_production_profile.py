@@ -24,7 +24,7 @@ import pytest
 from fm_assets.execution import pipeline
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import bookkeeping, catalog
-from tests.conftest import NEOX_TOKENIZER
+from tests.paths import NEOX_TOKENIZER
 from tests.services.fixtures import Production, s3_credentials
 
 pytestmark = pytest.mark.slow

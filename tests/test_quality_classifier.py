@@ -29,8 +29,7 @@ from fm_assets.curation.classifier.training import (
     split_passages,
     train_classifier,
 )
-
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from tests.paths import SHARED_DATA
 
 TrainingData = tuple[list[TrainingDocument], list[TrainingDocument], dict[str, str]]
 

@@ -8,7 +8,6 @@ import json
 import math
 import random
 import re
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -31,9 +30,8 @@ from fm_assets.curation.quality.thresholds import (
     decide,
     decide_batch,
 )
+from tests.paths import ARTICLE_GROUND_TRUTH
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-GROUND_TRUTH = SHARED_DATA / "extraction" / "article-extraction-benchmark" / "ground-truth.json"
 # An opinion column from nytimes.com, 5,595 characters of ordinary English prose.
 NYT_ARTICLE = "04a6711caa7c687592777718866e781e976e0fe684faebe8b3cedcef8cd0ea34"
 
@@ -42,7 +40,9 @@ GOPHER_ONLY = QualityThresholds(rule_sets=frozenset({GOPHER}))
 
 @pytest.fixture(scope="module")
 def articles() -> dict[str, dict[str, str]]:
-    articles: dict[str, dict[str, str]] = json.loads(GROUND_TRUTH.read_text(encoding="utf-8"))
+    articles: dict[str, dict[str, str]] = json.loads(
+        ARTICLE_GROUND_TRUTH.read_text(encoding="utf-8")
+    )
     return articles
 
 

@@ -9,7 +9,7 @@ from fm_assets.commands import operations
 from fm_assets.defs.landing import BATCH_TAG
 from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
-from tests.conftest import WARC_DIR
+from tests.paths import WARC_DIR
 
 
 def _evaluate(instance: dg.DagsterInstance) -> dg.SensorResult:

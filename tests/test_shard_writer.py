@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import html
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +28,8 @@ from fm_loader.manifest import (
     read_manifest,
     schema_fingerprint,
 )
-
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-WARC = SHARED_DATA / "warc" / "wget-sample-0000.warc.gz"
-TOKENIZER = SHARED_DATA / "tokenizers" / "gpt-neox-20b.json"
-VOCAB = 1000
-PAD = 0
-Docs = dict[str, npt.NDArray[Any]]
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+from tests.paths import NEOX_TOKENIZER, WGET_WARC
+from tests.shard_sets import PAD, VOCAB, Docs, sha, synthetic_docs, warc_texts
 
 
 def header(version: str = "synth@v1", tokenizer_hash: str = "a" * 64) -> ShardSetHeader:
@@ -50,12 +39,6 @@ def header(version: str = "synth@v1", tokenizer_hash: str = "a" * 64) -> ShardSe
         version_content_hash="c" * 64,
         tokenizer_hash=tokenizer_hash,
     )
-
-
-def synthetic_docs(n: int, seed: int = 0) -> Docs:
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, 200, n)
-    return {sha(f"d{i}"): rng.integers(1, VOCAB, k).astype(np.int32) for i, k in enumerate(lengths)}
 
 
 def write_docs(
@@ -147,36 +130,17 @@ def test_per_shard_token_counts(tmp_path: Path) -> None:
         first += shard.samples
 
 
-def _warc_texts() -> dict[str, str]:
-    """Crudely extracted text of each HTML response, keyed by sha256 of the raw payload."""
-    from warcio.archiveiterator import ArchiveIterator
-
-    texts: dict[str, str] = {}
-    with open(WARC, "rb") as f:
-        for record in ArchiveIterator(f):
-            if record.rec_type != "response":
-                continue
-            raw = record.content_stream().read()
-            page = raw.decode("utf-8", errors="replace")
-            page = re.sub(r"(?is)<(script|style)\b.*?</\1>", " ", page)
-            text = html.unescape(re.sub(r"(?s)<[^>]+>", " ", page))
-            text = re.sub(r"\s+", " ", text).strip()
-            if text:
-                texts[hashlib.sha256(raw).hexdigest()] = text
-    return texts
-
-
 def test_real_text_round_trip(tmp_path: Path) -> None:
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(TOKENIZER))
-    texts = _warc_texts()
+    tokenizer = Tokenizer.from_file(str(NEOX_TOKENIZER))
+    texts = warc_texts(WGET_WARC)
     assert len(texts) >= 15
     encodings = tokenizer.encode_batch(list(texts.values()))
     docs = {d: np.asarray(e.ids, dtype=np.int64) for d, e in zip(texts, encodings, strict=True)}
     vocab = tokenizer.get_vocab_size()
     pad = tokenizer.token_to_id("<|padding|>")
-    tok_hash = hashlib.sha256(TOKENIZER.read_bytes()).hexdigest()
+    tok_hash = hashlib.sha256(NEOX_TOKENIZER.read_bytes()).hexdigest()
     seqs = pack_documents([(d, len(t)) for d, t in docs.items()], 512, shuffle_seed=1)
     manifest = write_shard_set(
         [(s, sequence_tokens(s, docs)) for s in seqs],

@@ -23,7 +23,7 @@ from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import bookkeeping, catalog
 from fm_assets.storage.landing import BatchManifest
-from tests.conftest import LLAMA_TOKENIZER, NEOX_TOKENIZER, WARC_DIR
+from tests.paths import LLAMA_TOKENIZER, NEOX_TOKENIZER, WARC_DIR
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ from fm_assets.formats.splitting import (
 )
 from fm_assets.settings import load_settings
 from fm_assets.storage import catalog
-from tests.conftest import WARC_DIR
+from tests.paths import WARC_DIR
 
 WARCS = [
     WARC_DIR / "cc-main-2020-34-sample.warc.gz",

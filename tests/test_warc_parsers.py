@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from fm_assets.formats import FileItem, FileRecordReader, ParsedRecord, fast_archive
+from tests.paths import EDGE_DIR, WARC_DIR
 
-WARC_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "warc"
-EDGE_DIR = WARC_DIR / "edge"
 ALL_ARCHIVES = sorted(p for p in WARC_DIR.rglob("*") if p.is_file())
 BY_NAME = {path.name: path for path in ALL_ARCHIVES}
 # Intact archives: fastwarc reads them to the end, warcio never takes over.

@@ -58,7 +58,7 @@ def real_documents() -> tuple[Docs, dict[str, Any]]:
     """Token ids of every WARC page's visible text, keyed by the page's sha256."""
     from tokenizers import Tokenizer
 
-    from tests.loader_sets import warc_texts
+    from tests.shard_sets import warc_texts
 
     texts: dict[str, str] = {}
     for warc in WARCS:

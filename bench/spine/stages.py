@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
+from bench.fm_home import StagePhases, stage_phases
 from bench.harness import MB, log, median, median_and_range
 from fm_assets.execution import pipeline
 from fm_assets.execution.runner import run_stage
@@ -32,23 +33,7 @@ class StageTiming:
     docs_in: int
     docs_kept: int
     bytes_in: int  # landed file bytes (raw stage), raw payload bytes, or UTF-8 text bytes
-    # Call -> "N input rows" message: stage build, stage-run lookups, Iceberg read of the input.
-    read_s: float | None
-    # -> last "k/n chunks" message: Ray tasks, including shipping chunks and results.
-    ray_s: float | None
-    # -> return: driver-side combine (exact dedup) and the Iceberg commits.
-    commit_s: float | None
-
-
-def _phases(
-    started: float, ended: float, events: list[tuple[float, str]]
-) -> tuple[float | None, float | None, float | None]:
-    """Split a stage run at its "input rows" and last "chunks" progress messages."""
-    read_at = next((t for t, message in events if " input rows " in message), None)
-    chunk_times = [t for t, message in events if message.endswith(" chunks")]
-    if read_at is None or not chunk_times:
-        return None, None, None
-    return read_at - started, chunk_times[-1] - read_at, ended - chunk_times[-1]
+    phases: StagePhases
 
 
 def stage_input_bytes(settings: Settings, stage: str, batch_id: str) -> int:
@@ -77,16 +62,13 @@ def run_timed_stage(settings: Settings, stage: str, batch_id: str) -> StageTimin
     ended = time.perf_counter()
     if report.skipped:
         raise RuntimeError(f"{stage} for {batch_id} was up to date: nothing was measured")
-    read_s, ray_s, commit_s = _phases(started, ended, events)
     return StageTiming(
         stage=stage,
         seconds=ended - started,
         docs_in=report.records_in,
         docs_kept=report.records_kept,
         bytes_in=0,
-        read_s=read_s,
-        ray_s=ray_s,
-        commit_s=commit_s,
+        phases=stage_phases(stage, started, ended, events),
     )
 
 
@@ -137,16 +119,6 @@ def write_big_jsonl(pages: Sequence[Page], count: int, repeat: int, out: Path) -
     return out
 
 
-def _optional(values: Sequence[float | None]) -> str:
-    value = median_present(values)
-    return "n/a" if value is None else f"{value:.2f}"
-
-
-def median_present(values: Sequence[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return median(present) if present else None
-
-
 def stage_rows(label: str, runs: Sequence[Sequence[StageTiming]]) -> list[str]:
     """Table rows for one input: a row per stage (median over repeats) and a total row."""
     rows = []
@@ -155,8 +127,8 @@ def stage_rows(label: str, runs: Sequence[Sequence[StageTiming]]) -> list[str]:
         seconds = [t.seconds for t in timings]
         s = median(seconds)
         phases = " / ".join(
-            _optional([getattr(t, name) for t in timings])
-            for name in ("read_s", "ray_s", "commit_s")
+            f"{median([getattr(t.phases, name) for t in timings]):.2f}"
+            for name in ("plan_s", "ray_s", "commit_s")
         )
         rows.append(
             f"| {label} | {first.stage} | {first.docs_in:,} | {first.docs_kept:,} "
@@ -165,9 +137,9 @@ def stage_rows(label: str, runs: Sequence[Sequence[StageTiming]]) -> list[str]:
         )
     totals = [sum(t.seconds for t in run) for run in runs]
     total = median(totals)
-    landed, docs = runs[0][0].bytes_in, runs[0][0].docs_in
+    landed, docs, kept = runs[0][0].bytes_in, runs[0][0].docs_in, runs[0][-1].docs_kept
     rows.append(
-        f"| {label} | **all four** | {docs:,} | {runs[0][-1].docs_kept:,} | {landed / MB:.2f} "
+        f"| {label} | **all {len(runs[0])} stages** | {docs:,} | {kept:,} | {landed / MB:.2f} "
         f"| {median_and_range(totals)} | {docs / total:,.0f} | {landed / MB / total:.2f} | |"
     )
     return rows
@@ -181,14 +153,14 @@ def stages_section(
         "## 1. End-to-end stages",
         "",
         "MB in: landed file bytes for `raw_documents` (compressed for WARC), record payload bytes "
-        "for `extracted_documents`, UTF-8 text bytes for the last two. The phase column splits "
-        "each call at its progress messages: lookups + Iceberg read / Ray tasks / combine + "
-        "Iceberg commits. JSONL documents are text, so `extracted_documents` only decodes and "
-        "checks them (no trafilatura), and `raw_documents` parses the one landed file in one "
-        "Ray task (its unit of parallelism is a file).",
+        "for `extracted_documents`, UTF-8 text bytes for every later stage. The phase column "
+        "splits each call at its progress messages: lookups + planning / Ray tasks (reading, "
+        "processing, writing data files) / Iceberg commits. JSONL documents are text, so "
+        "`extracted_documents` only decodes and checks them (no trafilatura); `raw_documents` "
+        "cuts a large JSONL file into parts at line boundaries and parses them in parallel.",
         "",
         "| input | stage | docs in | docs kept | MB in | seconds | docs/s | MB/s "
-        "| read / Ray / commit s |",
+        "| plan / Ray / commit s |",
         "|---|---|--:|--:|--:|--:|--:|--:|--:|",
         *stage_rows("WARC", warc_runs),
         *stage_rows("JSONL", big_runs),

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyiceberg.expressions import EqualTo
-
 from bench.harness import MB, median, tree_timed
 from bench.spine import ray_tasks
-from bench.spine.stages import StageTiming, median_present
+from bench.spine.stages import StageTiming
 from bench.spine.tokenize_ab import TOKENIZE, TokenizePair
 from fm_assets.curation.policy import DEFAULT_POLICY
 from fm_assets.execution import pipeline
@@ -74,7 +72,9 @@ def profile_tokenize(settings: Settings, batch_id: str, docs: int) -> dict[str, 
     kept = catalog.read_batch(settings, TOKENIZE, batch_id)
     # The same rows over the same partition: a real commit that changes no data.
     _, out["commit_s"], out["commit_cpu"] = tree_timed(
-        lambda: catalog.replace_rows(settings, TOKENIZE, kept, EqualTo("batch_id", batch_id))
+        lambda: catalog.replace_rows(
+            settings, TOKENIZE, kept, catalog.where_equal("batch_id", batch_id)
+        )
     )
     return out
 
@@ -90,9 +90,9 @@ def profile_lines(
     stage_cpu = median([p.stage_cpu_s for p in pairs])
     raw_cpu = median([p.raw_cpu_s for p in pairs])
     phases = [
-        ("lookups + Iceberg read (call → “input rows”)", [t.read_s for t in timings]),
-        ("Ray tasks (→ last “chunks”)", [t.ray_s for t in timings]),
-        ("combine + 3 Iceberg commits (→ return)", [t.commit_s for t in timings]),
+        ("lookups + planning (call → “… slices”)", [t.phases.plan_s for t in timings]),
+        ("Ray tasks: read, process, write (→ last “done”)", [t.phases.ray_s for t in timings]),
+        ("Iceberg commits + `stage_runs` row (→ return)", [t.phases.commit_s for t in timings]),
     ]
     alone = [
         ("up-to-date `run_stage` (manifest, stage_runs ×2, default tokenizer)", "lookups"),
@@ -114,9 +114,8 @@ def profile_lines(
         "|---|---|--:|--:|--:|",
     ]
     for name, values in phases:
-        value = median_present(values)
-        shown = "n/a | | " if value is None else f"{value:.2f} | | {value / stage_s:.0%}"
-        lines.append(f"| phase | {name} | {shown} |")
+        value = median(values)
+        lines.append(f"| phase | {name} | {value:.2f} | | {value / stage_s:.0%} |")
     lines.append(
         f"| phase | **whole stage (A, median)** | {stage_s:.2f} | {stage_cpu:.2f} | 100% |"
     )

@@ -6,7 +6,7 @@ One run, every figure from that run, written to `bench/results/stage_scaling.md`
    (the shared WARCs plus the article-extraction-benchmark HTML pages), with Ray given 1 CPU
    and with Ray given 2 CPUs. Ray starts once per process, so every (repeat, CPU count) runs
    in its own worker subprocess, alternating 1, 2, 1, 2, ..., each over a fresh FM_HOME.
-2. In each 1-CPU subprocess, after Ray has shut down, every stage's `process` (and `combine`)
+2. In each 1-CPU subprocess, after Ray has shut down, every stage's `process`
    called directly on its input table read back from Iceberg, pinned to one core: the stage's
    own work without Ray or Iceberg, so `run_stage` at 1 CPU minus it is the fixed overhead.
 

@@ -62,8 +62,8 @@ class Report:
         return median([c / w for c, w in zip(cpu, wall, strict=True)])
 
     def fixed_s(self, cpus: int, stage: str) -> float:
-        """Read and commit phases: the parts of a stage run that Ray does not parallelise."""
-        return self.med(cpus, stage, "read_s") + self.med(cpus, stage, "commit_s")
+        """Plan and commit phases: the parts of a stage run that Ray does not parallelise."""
+        return self.med(cpus, stage, "plan_s") + self.med(cpus, stage, "commit_s")
 
     def render(self) -> str:
         from fm_assets.execution import pipeline
@@ -113,8 +113,9 @@ class Report:
             "best-run speed-up = fastest 1-CPU run ÷ fastest 2-CPU run (other tenants only ever "
             "add time, so the fastest runs are the least disturbed). docs/s = docs in ÷ "
             "median seconds. Overhead = `run_stage` at 1 CPU − `process()` "
-            "alone: what a stage run costs beyond the stage's own work (lookups, Iceberg read, "
-            "Ray scheduling and shipping, driver-side `combine`, the Iceberg commits).",
+            "alone: what a stage run costs beyond the stage's own work (lookups, planning, Ray "
+            "scheduling, the workers' Iceberg reads and data-file writes, the duplicate "
+            "decisions across slices and batches, the Iceberg commits).",
             "",
             "| stage | docs in | docs kept | 1 CPU s | 2 CPUs s | speed-up | best-run speed-up "
             "| docs/s 1 CPU | docs/s 2 CPUs | `process()` alone, 1 core s | overhead s |",
@@ -153,29 +154,25 @@ class Report:
             "## Where each stage's time goes",
             "",
             "Pairs are medians at 1 CPU / 2 CPUs. Each `run_stage` call is split at its own "
-            "progress messages: **read** = stage build, `stage_runs` lookups, Iceberg read of "
-            "the input; **Ray** = the chunks' tasks, including shipping chunks and results; "
-            "**commit** = the driver-side `combine` and the Iceberg commits (quarantine, side "
-            "tables, output partition, `stage_runs` row). `combine()` alone is timed like "
-            "`process()` alone, so commit − combine estimates the Iceberg commits. **Bound** = "
-            "the speed-up if only the Ray phase halved (1-CPU seconds ÷ (read + commit + Ray "
-            "÷ 2)): Amdahl's limit given the serial read and commit.",
+            "progress messages: **plan** = stage build, `stage_runs` lookups, planning the "
+            "input's slices (the near-dup stage announces no plan: its planning is in its Ray "
+            "phase); **Ray** = every Ray task up to the last that writes the stage's data files "
+            "(workers read their own input and, for the raw and near-dup stages, decide "
+            "duplicates across slices and batches); **commit** = the Iceberg commits "
+            "(quarantine, side tables, output partition) and the `stage_runs` row, on the "
+            "driver. **Bound** = the speed-up if only the Ray phase halved (1-CPU seconds ÷ "
+            "(plan + commit + Ray ÷ 2)): Amdahl's limit given the serial plan and commit.",
             "",
-            "| stage | chunks | read s | Ray s | commit s | `combine()` alone s "
-            "| Iceberg commits ≈ s | Ray speed-up | bound | speed-up |",
-            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+            "| stage | slices | plan s | Ray s | commit s | Ray speed-up | bound | speed-up |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|",
         ]
         for name in pipeline.STAGE_NAMES:
-            combine = self.alone(name, "combine_s")
-            commits = " / ".join(
-                f"{self.med(c, name, 'commit_s') - combine:.2f}" for c in CPU_COUNTS
-            )
             one = self.med(1, name, "seconds")
             bound = one / (self.fixed_s(1, name) + self.med(1, name, "ray_s") / 2)
             lines.append(
-                f"| {name} | {self.pair(name, 'chunks', 0)} | {self.pair(name, 'read_s')} "
-                f"| {self.pair(name, 'ray_s')} | {self.pair(name, 'commit_s')} | {combine:.2f} "
-                f"| {commits} | {self.speedup(name, 'ray_s'):.2f}× | {bound:.2f}× "
+                f"| {name} | {self.pair(name, 'slices', 0)} | {self.pair(name, 'plan_s')} "
+                f"| {self.pair(name, 'ray_s')} | {self.pair(name, 'commit_s')} "
+                f"| {self.speedup(name, 'ray_s'):.2f}× | {bound:.2f}× "
                 f"| {self.speedup(name, 'seconds'):.2f}× |"
             )
         lines += [
@@ -206,8 +203,7 @@ class Report:
 
         names = pipeline.STAGE_NAMES
         raw = names[0]
-        chunks = self.med(1, raw, "chunks")
-        per_task_ms = (self.med(1, raw, "ray_s") - self.alone(raw, "process_s")) / chunks * 1e3
+        slices = self.med(1, raw, "slices")
         fixed = [self.fixed_s(2, name) for name in names]
         heavy = [n for n in names if self.alone(n, "process_s") >= HEAVY_S]
         light = [n for n in names if n not in heavy]
@@ -231,23 +227,23 @@ class Report:
         return [
             "## Reading the figures",
             "",
-            f"- **Fixed cost per stage run.** Read + commit take {median(fixed):.2f} s per stage "
+            f"- **Fixed cost per stage run.** Plan + commit take {median(fixed):.2f} s per stage "
             f"(median over the {len(names)} stages at 2 CPUs; {sum(fixed):.1f} s for the whole "
             f"pipeline, {sum(fixed) / median(self.totals(2)):.0%} of its 2-CPU time) whatever "
-            "the CPU count: lookups, the Iceberg read and three or four Iceberg commits on "
-            "the driver. A stage whose own work is smaller than that cannot speed up much.",
+            "the CPU count: lookups, planning and three or four Iceberg commits on the driver. "
+            "A stage whose own work is smaller than that cannot speed up much.",
             f"- **Stages with real work** (`process()` alone ≥ {HEAVY_S:.1f} s): whole-stage "
             f"speed-up {speedups(heavy, 'seconds')}; their Ray phase alone "
             f"{speedups(heavy, 'ray_s')}.",
             f"- **Light stages** (`process()` alone < {HEAVY_S:.1f} s on this batch): "
             f"{speedups(light, 'seconds')}. Their time is the fixed cost above plus Ray task "
             "overhead; this batch is too small to show how their own work scales.",
-            f"- **`{raw}` runs one Ray task per landed file**: {chunks:.0f} tasks here, most of "
-            f"them one small `.html.gz` page, at ≈ {per_task_ms:.0f} ms of Ray overhead per "
-            f"task at 1 CPU (Ray phase {self.med(1, raw, 'ray_s'):.2f} s against "
-            f"{self.alone(raw, 'process_s'):.2f} s of parsing in `process()` alone). Whatever "
-            f"its Ray phase gains at 2 CPUs ({self.speedup(raw, 'ray_s'):.2f}×) comes from two "
-            "workers sharing that per-task overhead, not from parsing.",
+            f"- **`{raw}`** reads the landed files in {slices:.0f} slices at 1 CPU, cut by "
+            "bytes, and decides exact duplicates in hash buckets on Ray: its Ray phase "
+            f"({self.med(1, raw, 'ray_s'):.2f} s at 1 CPU against "
+            f"{self.alone(raw, 'process_s'):.2f} s of parsing in `process()` alone) holds "
+            "scanning, deciding and reading again; it gains "
+            f"{self.speedup(raw, 'ray_s'):.2f}× at 2 CPUs.",
             f"- **Contention.** Other tenants used a median {others[1]:.2f} cores during the "
             f"1-CPU runs' stages and {others[2]:.2f} during the 2-CPU runs' (2 cores in all). "
             "Where that is well above 0, the 2-CPU figures measure the machine's load as much "

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.fm_home import fresh_home, land
+from bench.fm_home import fresh_home, land, stage_phases
 from bench.harness import ARTICLE_HTML_FILES, WARC_FILES, log, tree_cpu_seconds
 from bench.stage_scaling.machine import machine_busy_seconds
 
@@ -43,20 +43,17 @@ def timed_stage(settings: Any, stage: str, batch_id: str) -> dict[str, Any]:
     machine_s = machine_busy_seconds() - machine
     if report.skipped:
         raise RuntimeError(f"{stage} for {batch_id} was up to date: nothing was measured")
-    read_at = next(t for t, message in events if " input rows " in message)
-    chunk_events = [(t, message) for t, message in events if message.endswith(" chunks")]
-    last_chunk_at = chunk_events[-1][0] if chunk_events else read_at
-    chunks = int(chunk_events[-1][1].rsplit("/", 1)[1].split()[0]) if chunk_events else 0
+    phases = stage_phases(stage, started, ended, events)
     return {
         "stage": stage,
         "seconds": ended - started,
         "report_seconds": report.seconds,
-        "read_s": read_at - started,  # build, stage_runs lookups, Iceberg read of the input
-        "ray_s": last_chunk_at - read_at,  # Ray tasks, shipping chunks and results
-        "commit_s": ended - last_chunk_at,  # driver-side combine and the Iceberg commits
+        "plan_s": phases.plan_s,
+        "ray_s": phases.ray_s,
+        "commit_s": phases.commit_s,
         "cpu_s": cpu_s,
         "others_cpu_s": max(0.0, machine_s - cpu_s),  # other tenants' CPU, steal included
-        "chunks": chunks,
+        "slices": phases.slices,
         "docs_in": report.records_in,
         "docs_kept": report.records_kept,
     }
@@ -99,7 +96,7 @@ def worker(cpus: int, root: Path, result: Path) -> None:
         for stage in run_pipeline(settings, batch_id):
             log(
                 f"{cpus} CPU(s) {stage['stage']}: {stage['docs_in']} -> {stage['docs_kept']} "
-                f"docs in {stage['seconds']:.2f}s ({stage['chunks']} chunks)"
+                f"docs in {stage['seconds']:.2f}s ({stage['slices']} slices)"
             )
             stages.append(stage)
         load_end = os.getloadavg()
@@ -118,16 +115,18 @@ def worker(cpus: int, root: Path, result: Path) -> None:
 
 
 def stage_input(settings: Any, stage_name: str, batch_id: str) -> Any:
-    """The table `run_stage` splits into chunks: landed files, or the upstream partition."""
+    """What the stage's `process` reads: the landed files (each whole), or the upstream
+    partition as committed."""
     from fm_assets.execution import pipeline
-    from fm_assets.execution.runner import landed_files_table, latest_stage_run
+    from fm_assets.execution.planning import landed_parts
     from fm_assets.storage import catalog
+    from fm_assets.storage.bookkeeping import latest_stage_run
     from fm_assets.storage.landing import read_manifest
     from fm_assets.storage.objectstore import open_object_store
 
     upstream = pipeline.upstream_of(stage_name)
     if upstream is None:
-        return landed_files_table(settings, read_manifest(open_object_store(settings), batch_id))
+        return landed_parts(settings, read_manifest(open_object_store(settings), batch_id), {})
     run = latest_stage_run(settings, batch_id, upstream)
     if run is None:
         raise RuntimeError(f"{upstream} never ran for {batch_id} in {settings.home}")
@@ -135,17 +134,15 @@ def stage_input(settings: Any, stage_name: str, batch_id: str) -> Any:
 
 
 def measure_alone(settings: Any, batch_id: str) -> list[dict[str, Any]]:
-    """Each stage's `process` on its whole input and its `combine`, on one core, without Ray.
+    """Each stage's `process` on its whole input, on one core, without Ray.
 
     The inputs are the partitions the Ray run just committed. One warm call on a few rows
-    first: imports and model loads are the warm-up's business in the Ray runs too.
+    first: imports and model loads are the warm-up's business in the Ray runs too. Decisions
+    across the batch's slices and other batches (exact and near duplicates) are Ray work with
+    no single-process counterpart: `process` decides them within its input only.
     """
-    import functools
-
     from fm_assets.curation.policy import load_policy
     from fm_assets.execution import pipeline
-    from fm_assets.execution.runner import other_batches
-    from fm_assets.stages.base import CombineContext
     from fm_assets.storage.landing import read_manifest
     from fm_assets.storage.objectstore import open_object_store
 
@@ -159,25 +156,10 @@ def measure_alone(settings: Any, batch_id: str) -> list[dict[str, Any]]:
         inputs = stage_input(settings, name, batch_id)
         stage.process(inputs.slice(0, min(4, inputs.num_rows)))
         started, cpu = time.perf_counter(), time.thread_time()
-        processed = stage.process(inputs)
+        stage.process(inputs)
         process_s, process_cpu_s = time.perf_counter() - started, time.thread_time() - cpu
-        context = CombineContext(
-            batch_id=batch_id,
-            earlier_documents={},  # the batch is its home's only one
-            read_other_batches=functools.partial(other_batches, settings, batch_id),
-        )
-        started = time.perf_counter()
-        stage.combine(processed, context)
-        combine_s = time.perf_counter() - started
-        log(f"alone {name}: process {process_s:.2f}s, combine {combine_s:.2f}s")
-        out.append(
-            {
-                "stage": name,
-                "process_s": process_s,
-                "process_cpu_s": process_cpu_s,
-                "combine_s": combine_s,
-            }
-        )
+        log(f"alone {name}: process {process_s:.2f}s")
+        out.append({"stage": name, "process_s": process_s, "process_cpu_s": process_cpu_s})
     return out
 
 

@@ -1,8 +1,9 @@
 """The stage contract: a pure, versioned transform from an Arrow table to (kept, quarantined).
 
-A stage knows nothing of Dagster or Iceberg. The runner reads its input, splits it into chunks,
-calls `process` on Ray workers, then `combine` once on the driver (for decisions that need the
-whole batch, such as exact deduplication), and commits the result.
+A stage knows nothing of Dagster or Iceberg. The runner (`execution/runner.py`) has Ray workers
+read slices of the input, call `process` and write the results as data files; decisions that
+need the whole batch and earlier batches (exact and near duplicates) are made across slices in
+`execution/`; the driver commits.
 """
 
 from __future__ import annotations

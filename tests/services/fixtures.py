@@ -30,12 +30,12 @@ from typing import Any
 
 import pytest
 
+from tests.paths import REPO
 from tests.services import s3 as s3_service
 from tests.services.postgres import PostgresServer, postgres_server
 from tests.services.ray_cluster import RayCluster, ray_cluster
 from tests.services.s3 import S3Server, seaweedfs_s3
 
-REPO = Path(__file__).resolve().parents[2]
 LANDING_SENSOR = "new_landing_batch_sensor"
 
 

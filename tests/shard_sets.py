@@ -1,24 +1,27 @@
-"""Shard sets for loader tests: synthetic ones, and real ones tokenized from the shared WARCs."""
+"""Shard sets for tests: synthetic ones, and real ones tokenized from the shared WARCs.
+
+Registered as a pytest plugin (conftest.py): the `web` and `code` fixtures build one real shard set
+each per test module, shaped by the module's `set_shape` fixture (override it in the module).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from fm_assets.shards.packing import PackedSequence, pack_documents
 from fm_assets.shards.writer import ShardSetHeader, sequence_tokens
 from fm_assets.shards.writer import write_shard_set as _write
 from fm_loader import read_manifest
+from tests.paths import NEOX_TOKENIZER, WGET_WARC, WGET_WARC_2
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-TOKENIZER = SHARED_DATA / "tokenizers" / "gpt-neox-20b.json"
-WARC = SHARED_DATA / "warc" / "wget-sample-0000.warc.gz"
-WARC_2 = SHARED_DATA / "warc" / "wget-sample-0001.warc.gz"
 VOCAB, PAD = 1000, 0
 Docs = dict[str, npt.NDArray[Any]]
 
@@ -111,7 +114,7 @@ def build_from_warc(
     from tokenizers import Tokenizer
 
     texts = warc_texts(warc)
-    tokenizer = Tokenizer.from_file(str(TOKENIZER))
+    tokenizer = Tokenizer.from_file(str(NEOX_TOKENIZER))
     encoded = tokenizer.encode_batch(list(texts.values()))
     docs = {d: np.asarray(e.ids) for d, e in zip(texts, encoded, strict=True)}
     return build(
@@ -119,8 +122,43 @@ def build_from_warc(
         docs,
         seq_len,
         version=version,
-        tokenizer_hash=hashlib.sha256(TOKENIZER.read_bytes()).hexdigest(),
+        tokenizer_hash=hashlib.sha256(NEOX_TOKENIZER.read_bytes()).hexdigest(),
         vocab=tokenizer.get_vocab_size(),
         pad=tokenizer.token_to_id("<|padding|>"),
         size_limit_bytes=size_limit_bytes,
     )
+
+
+@dataclass(frozen=True)
+class SetShape:
+    """How a test module wants its `web` and `code` shard sets cut."""
+
+    seq_len: int
+    shard_bytes: int = 64 << 20
+
+
+@pytest.fixture(scope="module")
+def set_shape() -> SetShape:
+    return SetShape(seq_len=64, shard_bytes=64 << 10)
+
+
+def _warc_set(factory: pytest.TempPathFactory, name: str, warc: Path, shape: SetShape) -> Built:
+    return build_from_warc(
+        factory.mktemp(name) / "set",
+        warc,
+        shape.seq_len,
+        version=f"{name}@v1",
+        size_limit_bytes=shape.shard_bytes,
+    )
+
+
+@pytest.fixture(scope="module")
+def web(set_shape: SetShape, tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """wget-sample-0000's pages as the shard set `web@v1`."""
+    return _warc_set(tmp_path_factory, "web", WGET_WARC, set_shape)
+
+
+@pytest.fixture(scope="module")
+def code(set_shape: SetShape, tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """wget-sample-0001's pages as the shard set `code@v1`: a second source for mixtures."""
+    return _warc_set(tmp_path_factory, "code", WGET_WARC_2, set_shape)
