@@ -8,6 +8,7 @@ from fm_assets.checks.table import BATCH_CHECKS, BatchSubject, evaluate
 from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.partitions import landing_batches
 from fm_assets.defs.resources import FmPlatform
+from fm_assets.defs.run_health import reap_dead_runs
 from fm_assets.execution import pipeline
 from fm_assets.storage.landing import published_log, read_manifest
 from fm_assets.storage.objectstore import open_object_store
@@ -79,6 +80,8 @@ def build_landing_sensor(job: UnresolvedAssetJobDefinition) -> dg.SensorDefiniti
         if not entries:
             return dg.SensorResult(skip_reason="no new landing batch")
         batch_ids = list(dict.fromkeys(batch_id for _, batch_id in entries))
+        # A killed `fm run` leaves its run STARTED: failed here, so its batch is not skipped.
+        reap_dead_runs(context.instance, context.log.info)
         # A batch `fm run` processed (or is processing) gets its partition but no second run.
         todo = [b for b in batch_ids if not processed_or_in_progress(context.instance, b)]
         return dg.SensorResult(

@@ -5,6 +5,7 @@ Every run the CLI makes goes through Dagster, so it shows up in the UI with its 
 
 from __future__ import annotations
 
+import uuid
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,9 @@ import dagster as dg
 from fm_assets.defs import build_definitions
 from fm_assets.defs.instance import ensure_dagster_home, ensure_pool_limits
 from fm_assets.defs.partitions import shard_set_partitions
+from fm_assets.defs.run_health import SlotWatch, process_tags, reap_dead_runs
 from fm_assets.settings import Settings
+from fm_assets.storage.locks import exclusive
 from fm_assets.storage.services import check_services
 
 Log = Callable[[str], None]
@@ -29,7 +32,10 @@ def dagster_instance(settings: Settings) -> dg.DagsterInstance:
     """The Dagster instance (embedded or production), with the platform's pool limits set."""
     check_services(settings)  # before Dagster's own connection retries, naming the setting
     ensure_dagster_home(settings)
-    instance = dg.DagsterInstance.get()
+    # Two commands starting at once on a new FM_HOME would both create the SQLite run storage
+    # ("table already exists"): one at a time.
+    with exclusive(settings, "dagster instance storage"):
+        instance = dg.DagsterInstance.get()
     ensure_pool_limits(instance)
     return instance
 
@@ -69,16 +75,11 @@ def materialize(
         **(run_config or {}),
     }
     defs = build_definitions()
-    result = dg.materialize(
-        list(defs.assets or []),  # type: ignore[arg-type]
-        selection=dg.AssetSelection.assets(*[dg.AssetKey(k) for k in keys]),
-        partition_key=partition_key,  # type: ignore[arg-type]
-        instance=dagster_instance(settings),
-        resources={"fm": defs.resources["fm"]} if defs.resources else None,
-        run_config=config,
-        tags=tags,
-        raise_on_error=False,
-    )
+    instance = dagster_instance(settings)
+    reap_dead_runs(instance, log)  # a killed earlier run must not hold slots forever
+    invocation = uuid.uuid4().hex
+    with SlotWatch(instance, invocation, log):
+        result = _materialize(defs, keys, partition_key, instance, config, tags, invocation)
     failures = []
     for evaluation in result.get_asset_check_evaluations():
         description = evaluation.metadata.get("description")
@@ -104,6 +105,28 @@ def materialize(
         failures.append(f"full trace in {log_file}")
     if failures:
         raise ChecksFailed("; ".join(failures))
+
+
+def _materialize(
+    defs: dg.Definitions,
+    keys: list[str],
+    partition_key: str | dg.MultiPartitionKey,
+    instance: dg.DagsterInstance,
+    config: dict[str, Any],
+    tags: dict[str, str] | None,
+    invocation: str,
+) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        list(defs.assets or []),  # type: ignore[arg-type]
+        selection=dg.AssetSelection.assets(*[dg.AssetKey(k) for k in keys]),
+        partition_key=partition_key,  # type: ignore[arg-type]
+        instance=instance,
+        resources={"fm": defs.resources["fm"]} if defs.resources else None,
+        run_config=config,
+        # The process running it, so a later command can tell when it died.
+        tags={**(tags or {}), **process_tags(invocation)},
+        raise_on_error=False,
+    )
 
 
 def _failure_log(settings: Settings, run_id: str) -> Path:

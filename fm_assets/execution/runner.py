@@ -34,6 +34,7 @@ from fm_assets.storage import catalog
 from fm_assets.storage.bookkeeping import latest_stage_run, record_stage_run
 from fm_assets.storage.data_files import commit_files, plan_files, table_handle
 from fm_assets.storage.landing import BatchManifest, published_log, read_manifest
+from fm_assets.storage.locks import exclusive
 from fm_assets.storage.objectstore import open_object_store
 
 
@@ -120,7 +121,18 @@ def run_stage(
     run_id: str | None = None,
     progress: Progress = lambda message: None,
 ) -> StageRunReport:
-    """Run `stage_name` for `batch_id` unless its content key is already committed."""
+    """Run `stage_name` for `batch_id` unless its content key is already committed.
+
+    One run at a time per stage and batch, whoever started it (two `fm run`, the sensor, a
+    backfill): a second waits, then finds the stage up to date. The lock dies with its holder.
+    """
+    with exclusive(settings, f"stage {stage_name} of batch {batch_id}", progress):
+        return _run_stage(settings, stage_name, batch_id, run_id, progress)
+
+
+def _run_stage(
+    settings: Settings, stage_name: str, batch_id: str, run_id: str | None, progress: Progress
+) -> StageRunReport:
     started = time.monotonic()
     plan = _plan(settings, stage_name, batch_id)
     stage = plan.stage

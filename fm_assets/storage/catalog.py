@@ -23,9 +23,11 @@ from pyiceberg.table import Table
 from fm_assets.settings import Settings
 from fm_assets.storage import schemas  # noqa: F401  (declares the tables storage owns)
 from fm_assets.storage.objectstore import iceberg_s3_properties
+from fm_assets.storage.parquet_checksums import write_page_checksums
 from fm_assets.storage.retry import with_retries
 from fm_assets.storage.tables import table_spec
 
+write_page_checksums()  # before any table is written in this process
 _lock = threading.Lock()
 ALWAYS_TRUE: BooleanExpression = AlwaysTrue()
 # Concurrent runs (two batches, a backfill) commit to the same tables; a commit that lost the
@@ -88,23 +90,26 @@ def _load_table(settings: Settings, name: str) -> Table:
         pass
     else:
         if len(table.spec().fields) < len(spec.partition_by):
-            with _lock:
-                _add_partitions(table, spec.partition_by)
+            _partition(catalog, identifier, table, spec.partition_by)
             table = catalog.load_table(identifier)
         return table
-    schema, partition_columns = spec.schema, spec.partition_by
     with _lock:
         table = catalog.create_table_if_not_exists(
-            identifier, schema=schema, properties=COMMIT_RETRY_PROPERTIES
+            identifier, schema=spec.schema, properties=COMMIT_RETRY_PROPERTIES
         )
-        try:
-            _add_partitions(table, partition_columns)
-        except CommitFailedException:
-            # Another process created the table too and partitioned it first.
-            table = catalog.load_table(identifier)
-            if len(table.spec().fields) < len(partition_columns):
-                raise
+    _partition(catalog, identifier, table, spec.partition_by)
     return catalog.load_table(identifier)
+
+
+def _partition(catalog: Catalog, identifier: str, table: Table, columns: tuple[str, ...]) -> None:
+    """Partition a new table, unless another process (creating it too) did so first."""
+    with _lock:
+        try:
+            _add_partitions(table, columns)
+        except CommitFailedException:
+            table = catalog.load_table(identifier)
+            if len(table.spec().fields) < len(columns):
+                raise
 
 
 def _add_partitions(table: Table, columns: tuple[str, ...]) -> None:
