@@ -271,6 +271,47 @@ def export(table: str, batch_id: str | None, version_key: str | None, out: str) 
 
 
 @main.command()
+@click.argument("key")
+def verify(key: str) -> None:
+    """Check every file a version (DATASET@vN, with its shard sets) or a shard set stands on.
+
+    Exits 1 naming each bad file: landed files, Iceberg metadata and data files, shard-set
+    manifests and MDS shards, each against the checksum or count that pins it.
+    """
+    from fm_assets.checks.integrity import verify as verify_key
+
+    result = verify_key(load_settings(), key)
+    for kind, count in sorted(result.checked.items()):
+        click.echo(f"{kind}: {count} checked")
+    for bad in result.bad:
+        click.echo(f"BAD {bad.location}: {bad.problem}")
+    if not result.ok:
+        _echo(f"{key}: {len(result.bad)} bad file(s); do not read it until they are restored")
+        sys.exit(1)
+    _echo(f"{key}: every file verified")
+
+
+@main.command()
+@click.option(
+    "--older-than-hours",
+    default=24.0,
+    show_default=True,
+    help="Grace period: files younger than this may belong to a run still in progress.",
+)
+@click.option("--dry-run", is_flag=True, help="List the orphans without deleting them.")
+def gc(older_than_hours: float, dry_run: bool) -> None:
+    """Delete data files no snapshot references (left by runs killed before their commit)."""
+    from fm_assets.storage.orphans import sweep_orphans
+
+    grace = dt.timedelta(hours=older_than_hours)
+    report = sweep_orphans(load_settings(), grace=grace, dry_run=dry_run)
+    for name, (files, size) in sorted(report.tables.items()):
+        click.echo(f"{name}: {files} orphaned files, {size:,} bytes")
+    verb = "found" if dry_run else "removed"
+    _echo(f"{report.files} orphaned files ({report.bytes:,} bytes) {verb}")
+
+
+@main.command()
 def status() -> None:
     """Batches, versions, shard sets and failing checks."""
     from fm_assets.commands.status import render_status

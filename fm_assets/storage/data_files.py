@@ -11,6 +11,7 @@ so they never see it.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 import warnings
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ from pyiceberg.table.metadata import TableMetadata
 
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
+from fm_assets.storage.bookkeeping import record_file_checksums
 from fm_assets.storage.retry import with_retries
 
 # Snapshot property naming the commit that wrote it, so a retried commit is never applied twice.
@@ -178,9 +180,33 @@ def commit_files(
         snapshot = _snapshot_of_commit(table.refresh(), commit_id)
         if snapshot is None:
             raise RuntimeError(f"table {name} does not show commit {commit_id} after committing")
+        record_file_checksums(settings, _metadata_checksums(table, commit_id))
         return snapshot
 
     return with_retries(commit, what=f"committing {len(data_files)} data files to {name}")
+
+
+def _metadata_checksums(table: Table, commit_id: str) -> dict[str, tuple[str, int]]:
+    """sha256 and size of the manifest lists and new manifests of commit `commit_id`."""
+    pinned: dict[str, tuple[str, int]] = {}
+    current = table.current_snapshot()
+    for _ in range(16):  # the commit's snapshots (delete, append) are the newest ones
+        if current is None:
+            break
+        summary = current.summary
+        if summary is not None and summary.get(COMMIT_ID) == commit_id:
+            paths = [current.manifest_list] + [
+                m.manifest_path
+                for m in current.manifests(table.io)
+                if m.added_snapshot_id == current.snapshot_id
+            ]
+            for path in paths:
+                with table.io.new_input(path).open() as f:
+                    data = f.read()
+                pinned[path] = (hashlib.sha256(data).hexdigest(), len(data))
+        parent = current.parent_snapshot_id
+        current = table.snapshot_by_id(parent) if parent is not None else None
+    return pinned
 
 
 def _snapshot_of_commit(table: Table, commit_id: str) -> int | None:
