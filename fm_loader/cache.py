@@ -30,6 +30,7 @@ import pyarrow.fs as pafs
 
 from fm_loader.manifest import INDEX_NAME, MANIFEST_NAME, ShardInfo, ShardSetManifest
 from fm_loader.remote import filesystem_for
+from fm_loader.retry import with_retries
 from fm_loader.shards import REBUILD_HINT
 
 DOWNLOAD_THREADS = 8
@@ -47,7 +48,17 @@ def is_remote(location: str) -> bool:
 
 
 def copy_remote_file(fs: pafs.FileSystem, path: str, dest: Path) -> tuple[str, int]:
-    """Stream one file from `fs` to `dest`, durably; return its (sha256, size)."""
+    """Stream one file from `fs` to `dest`, durably; return its (sha256, size).
+
+    A copy cut by a transient failure (reset, timeout, throttling) starts again from the first
+    byte; one that keeps failing raises StorageUnavailable.
+    """
+    return with_retries(
+        lambda: _copy_once(fs, path, dest), what=f"downloading {path}", must_exist=True
+    )
+
+
+def _copy_once(fs: pafs.FileSystem, path: str, dest: Path) -> tuple[str, int]:
     digest = hashlib.sha256()
     size = 0
     # compression=None: pyarrow would otherwise guess a codec from the file name.
@@ -98,14 +109,22 @@ def remote_manifest_sha256(uri: str, s3_endpoint: str | None) -> str:
     fs, remote = filesystem_for(uri, s3_endpoint)
     path = f"{remote.rstrip('/')}/{MANIFEST_NAME}"
     try:
-        with fs.open_input_stream(path, compression=None) as f:
-            data: bytes = f.read()
+        data = _read_remote(fs, path)
     except (OSError, FileNotFoundError) as exc:
         raise ValueError(
             f"{uri} is not a complete shard set: cannot read {MANIFEST_NAME} ({exc}); the "
             "writer uploads it last, so the set is missing or still being written"
         ) from exc
     return hashlib.sha256(data).hexdigest()
+
+
+def _read_remote(fs: pafs.FileSystem, path: str) -> bytes:
+    def read() -> bytes:
+        with fs.open_input_stream(path, compression=None) as f:
+            data: bytes = f.read()
+        return data
+
+    return with_retries(read, what=f"reading {path}")
 
 
 @contextlib.contextmanager
@@ -154,8 +173,7 @@ def _download(uri: str, manifest_sha256: str, tmp: Path, s3_endpoint: str | None
             f"{uri} is not a complete shard set: {MANIFEST_NAME} is missing (the writer uploads "
             "it last); rebuild it with `fm shards build DATASET@vN --tokenizer PATH --seq-len N`"
         )
-    with fs.open_input_stream(manifest_path, compression=None) as f:
-        data: bytes = f.read()
+    data = _read_remote(fs, manifest_path)
     digest = hashlib.sha256(data).hexdigest()
     manifest = ShardSetManifest.from_json(data.decode("utf-8"))
     rebuild = REBUILD_HINT.format(version=manifest.source_version, seq_len=manifest.seq_len)

@@ -12,6 +12,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from fm_loader.retry import retries_so_far
+
 LOG = logging.getLogger("fm_loader")
 
 
@@ -65,6 +67,8 @@ class LoaderMetrics:
             "shard_fetches": float(self.fetch_count),
             "shard_fetch_mean_s": self.fetch_s_total / fetches if fetches else 0.0,
             "shard_fetch_max_s": self.fetch_s_max,
+            # object-store reads retried after a transient failure, in this process
+            "storage_retries": float(retries_so_far()),
         }
 
     def log_line(self) -> str:

@@ -19,7 +19,7 @@ from fm_assets.commands import operations
 from fm_assets.execution.runner import run_stage
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import bookkeeping, catalog
-from fm_assets.storage.retry import StorageUnavailable
+from fm_loader.retry import StorageUnavailable
 from tests.conftest import WARC_DIR, ray_workers_with
 from tests.services.flaky_proxy import FlakyProxy, flaky_proxy
 from tests.services.s3 import S3Server

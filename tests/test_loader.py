@@ -21,7 +21,7 @@ import torch
 
 from fm_assets.settings import Settings, load_settings
 from fm_assets.shards.writer import manifest_sha256
-from fm_loader import IGNORE_INDEX, FmDataset, collate, make_dataset
+from fm_loader import IGNORE_INDEX, FmDataset, collate, make_dataset, retry
 from fm_loader.manifest import MANIFEST_NAME
 from tests.paths import NEOX_TOKENIZER
 from tests.shard_sets import PAD, Built, SetShape, build, sha, synthetic_docs
@@ -224,7 +224,9 @@ def test_refuses_a_different_tokenizer(web: Built, tmp_path: Path) -> None:
     )
 
 
-def test_refuses_schema_and_format_mismatches(synth: Built, tmp_path: Path) -> None:
+def test_refuses_schema_and_format_mismatches(
+    synth: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(ValueError, match="the trainer expects " + "0" * 64):
         make_dataset(str(synth.directory), expected_schema_fingerprint="0" * 64)
     with pytest.raises(ValueError, match="seq_len 64, the trainer asked for 128"):
@@ -238,7 +240,9 @@ def test_refuses_schema_and_format_mismatches(synth: Built, tmp_path: Path) -> N
         make_dataset(str(directory))
     with pytest.raises(ValueError, match=r"fm_manifest\.json is missing"):
         make_dataset(str(tmp_path))
-    with pytest.raises(ValueError, match="not a complete shard set"):
+    # A store that cannot be reached is retried, then named as unavailable (not as a bad set).
+    monkeypatch.setattr(retry.time, "sleep", lambda seconds: None)
+    with pytest.raises(retry.StorageUnavailable, match=r"shards/set/fm_manifest\.json failed"):
         make_dataset("s3://bucket/shards/set", settings=load_settings({"FM_HOME": str(tmp_path)}))
 
 

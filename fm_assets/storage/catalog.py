@@ -24,8 +24,8 @@ from fm_assets.settings import Settings
 from fm_assets.storage import schemas  # noqa: F401  (declares the tables storage owns)
 from fm_assets.storage.objectstore import iceberg_s3_properties
 from fm_assets.storage.parquet_checksums import write_page_checksums
-from fm_assets.storage.retry import with_retries
 from fm_assets.storage.tables import table_spec
+from fm_loader.retry import with_retries
 
 write_page_checksums()  # before any table is written in this process
 _lock = threading.Lock()

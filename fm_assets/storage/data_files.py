@@ -30,7 +30,7 @@ from pyiceberg.table.metadata import TableMetadata
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.bookkeeping import record_file_checksums
-from fm_assets.storage.retry import with_retries
+from fm_loader.retry import with_retries
 
 # Snapshot property naming the commit that wrote it, so a retried commit is never applied twice.
 COMMIT_ID = "fm.commit-id"

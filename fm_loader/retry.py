@@ -1,5 +1,8 @@
 """Retrying what can pass: transient object-store and catalog failures, with backoff and jitter.
 
+Shared by the loader (shard-set downloads) and the platform (landed files, Iceberg files, the
+catalog); it lives in `fm_loader` because the loader must not depend on the platform.
+
 A failure of the environment (a reset connection, a timeout, a 5xx or throttling answer, an
 object the catalog says exists but a read could not find yet) is retried; when it persists the
 operation raises `StorageUnavailable`, which fails the stage. Nothing here ever turns such a
@@ -21,6 +24,13 @@ from typing import TypeVar
 T = TypeVar("T")
 
 log = logging.getLogger("fm.progress")
+_retries = 0  # transient failures retried by this process, for the loader's metrics
+
+
+def retries_so_far() -> int:
+    """How many transient failures this process has retried (they cost time, not data)."""
+    return _retries
+
 
 DEFAULT_ATTEMPTS = 6
 _BASE_DELAY_S = 0.2
@@ -101,6 +111,7 @@ def with_retries(
     found" is an eventually consistent read or a lagging replica, retried like a reset; when it
     persists, the error says the promise is broken.
     """
+    global _retries
     if attempts < 1:
         raise ValueError(f"attempts must be at least 1, got {attempts}")
     for attempt in range(1, attempts + 1):
@@ -122,6 +133,7 @@ def with_retries(
                 raise StorageUnavailable(
                     f"{what} failed {attempts} times ({cause}): {hint}"
                 ) from exc
+            _retries += 1
             delay = min(_MAX_DELAY_S, _BASE_DELAY_S * 2 ** (attempt - 1))
             delay *= 0.5 + random.random()  # jitter: retrying workers do not stampede together
             log.debug("%s failed transiently (%s); retry %d in %.1f s", what, exc, attempt, delay)
