@@ -26,10 +26,12 @@ from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog
 from tests.paths import NEOX_TOKENIZER, WGET_WARC
+from tests.services.fixtures import start_fm_dev, stop_fm_dev
 
 pytestmark = pytest.mark.slow
 
 FM = Path(sys.executable).with_name("fm")
+NOT_FINISHED = ("QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING")
 RUN_TIMEOUT_S = 420  # a wedged run (waiting for slots forever) fails here instead of hanging CI
 
 
@@ -159,6 +161,37 @@ def test_a_rerun_after_two_kills_finishes_and_matches_an_uninterrupted_run(
         assert statuses[run.run_id] == dg.DagsterRunStatus.FAILURE
     for pool in instance.event_log_storage.get_concurrency_keys():
         assert instance.event_log_storage.get_concurrency_info(pool).claimed_slots == []
+
+
+def test_with_the_daemon_running_a_rerun_after_two_kills_also_converges(
+    crashed_twice: tuple[Settings, str, Path], uninterrupted: Tables
+) -> None:
+    """The daemon's sensor sees the batch too: it fails the dead run itself and may launch its
+    own run of the batch beside ours; the stage lock keeps them from processing it twice."""
+    import dagster as dg
+
+    from fm_assets.defs.materialize import dagster_instance
+    from fm_assets.storage.bookkeeping import stage_runs
+
+    settings, batch_id, home = crashed_twice
+    killed = dagster_instance(settings).get_runs()
+    dev, _ = start_fm_dev(_env(home), home.parent / "fm-dev.log")
+    try:
+        result = _fm_run(home, batch_id)
+        assert result.returncode == 0, result.stderr[-3000:]
+        instance = dagster_instance(settings)
+        deadline = time.monotonic() + RUN_TIMEOUT_S  # a sensor run of the batch may still run
+        unfinished = [dg.DagsterRunStatus(status) for status in NOT_FINISHED]
+        while instance.get_runs(dg.RunsFilter(statuses=unfinished)):
+            assert time.monotonic() < deadline, "a run of the batch never finished"
+            time.sleep(2)
+    finally:
+        stop_fm_dev(dev)
+    assert _tables(settings, batch_id) == uninterrupted
+    statuses = {r.run_id: r.status for r in instance.get_runs()}
+    assert all(statuses[r.run_id] == dg.DagsterRunStatus.FAILURE for r in killed)
+    committed = [(r["batch_id"], r["stage"]) for r in stage_runs(settings)]
+    assert len(committed) == len(set(committed)), "a stage of the batch was committed twice"
 
 
 def test_two_runs_of_one_batch_at_once_process_it_once(ray_address: str, tmp_path: Path) -> None:

@@ -3,8 +3,9 @@ duplicates by hash-partitioned work, never on the driver.
 
     split    large files cut at record boundaries (one reading task per splittable large file)
     scan     per slice of parts: item counts, and each kept record's hash, sent to its bucket
-    decide   per bucket: first occurrence wins (earlier batches first, through the pruned
-             `document_index` bucket); writes the bucket's index rows; routes duplicates back
+    decide   per bucket: first occurrence wins (a record another batch already indexed, through
+             the pruned `document_index` bucket, then the batch's own order); writes the
+             bucket's index rows; routes duplicates back
     read     per slice: parse again, quarantine the duplicates, write the data files
 
 The driver holds part and file lists, counts and object references; rows move worker to worker.
@@ -12,7 +13,6 @@ The driver holds part and file lists, counts and object references; rows move wo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +61,6 @@ def run_raw(
     settings: Settings,
     stage: RawStage,
     manifest: BatchManifest,
-    earlier: Sequence[str],
     outputs: Outputs,
     index: TableHandle,
     cpus: int,
@@ -102,7 +101,7 @@ def run_raw(
             manifest.batch_id,
             routes,
             index,
-            _earlier_files(settings, b, earlier),
+            _other_batches_files(settings, b, manifest.batch_id),
             outputs.write_id,
             *[refs[1 + b] for refs in scanned],
         )
@@ -179,13 +178,18 @@ def _number_items(parts: pa.Table, counts: dict[int, int]) -> pa.Table:
     )
 
 
-def _earlier_files(settings: Settings, bucket: int, earlier: Sequence[str]) -> list[FileScanTask]:
-    """The `document_index` files of `bucket` holding batches published before this one."""
-    if not earlier or catalog.current_snapshot_id(settings, "document_index") is None:
+def _other_batches_files(settings: Settings, bucket: int, batch_id: str) -> list[FileScanTask]:
+    """The `document_index` files of `bucket` holding every other batch.
+
+    Every other batch, not only those published earlier: batches run concurrently, and a batch
+    published later may have committed first. The runner lets one raw stage at a time decide
+    and commit (a lock on `document_index`), so what it reads here is complete.
+    """
+    if catalog.current_snapshot_id(settings, "document_index") is None:
         return []
     where = catalog.where_all(
         catalog.where_equal("bucket", bucket),
-        catalog.where_in("batch_id", list(earlier)),
+        catalog.where_not_equal("batch_id", batch_id),
     )
     return plan_files(settings, "document_index", where, None)
 
@@ -209,25 +213,23 @@ def _decide(
     batch_id: str,
     routes: int,
     index: TableHandle,
-    earlier_files: list[FileScanTask],
+    other_files: list[FileScanTask],
     write_id: Any,
     *candidate_tables: pa.Table,
 ) -> tuple[Any, ...]:
     """Decide one bucket's duplicates (on a worker); write its index rows; route duplicates back."""
-    earlier = (
-        read_files(index, earlier_files, ("doc_id", "batch_id", "record_id"))
-        if earlier_files
-        else None
+    others = (
+        read_files(index, other_files, ("doc_id", "batch_id", "record_id")) if other_files else None
     )
     kept_before = (
         {
             d: f"{b}/{r}"
             for d, b, r in zip(
-                *(earlier.column(c).to_pylist() for c in ("doc_id", "batch_id", "record_id")),
+                *(others.column(c).to_pylist() for c in ("doc_id", "batch_id", "record_id")),
                 strict=True,
             )
         }
-        if earlier is not None
+        if others is not None
         else {}
     )
     sha_of = dict(

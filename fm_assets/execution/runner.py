@@ -10,6 +10,7 @@ next attempt redoes the stage and replaces the partitions.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import time
@@ -64,7 +65,8 @@ def _digest(*parts: str) -> str:
 
 
 def earlier_batches(settings: Settings, batch_id: str) -> list[str]:
-    """Batches published before `batch_id`: the ones its exact dedup compares against."""
+    """Batches published before `batch_id` (the publication log only grows: part of the raw
+    stage's content key)."""
     order = [b for _, b in published_log(open_object_store(settings))]
     if batch_id not in order:
         raise ValueError(f"batch {batch_id} is not published in the landing zone; land it first")
@@ -81,7 +83,6 @@ class _Plan:
     stage_key: str
     input_snapshot_id: int | None
     upstream_kept: int | None  # records the upstream stage kept: what this stage must account for
-    earlier: list[str]
 
 
 def _plan(settings: Settings, stage_name: str, batch_id: str) -> _Plan:
@@ -92,7 +93,6 @@ def _plan(settings: Settings, stage_name: str, batch_id: str) -> _Plan:
         earlier = earlier_batches(settings, batch_id)
         upstream_key, snapshot, kept = _digest("landing", batch_id, *earlier), None, None
     else:
-        earlier = []
         run = latest_stage_run(settings, batch_id, upstream)
         if run is None:
             raise ValueError(
@@ -102,7 +102,7 @@ def _plan(settings: Settings, stage_name: str, batch_id: str) -> _Plan:
         upstream_key = str(run["stage_key"])
         snapshot, kept = int(run["output_snapshot_id"]), int(run["records_kept"])
     key = _digest(upstream_key, stage.name, stage.version, stage.config_hash())
-    return _Plan(stage, manifest, upstream, key, snapshot, kept, earlier)
+    return _Plan(stage, manifest, upstream, key, snapshot, kept)
 
 
 def up_to_date(settings: Settings, stage_name: str, batch_id: str) -> str | None:
@@ -126,7 +126,14 @@ def run_stage(
     One run at a time per stage and batch, whoever started it (two `fm run`, the sensor, a
     backfill): a second waits, then finds the stage up to date. The lock dies with its holder.
     """
-    with exclusive(settings, f"stage {stage_name} of batch {batch_id}", progress):
+    with contextlib.ExitStack() as locks:
+        locks.enter_context(
+            exclusive(settings, f"stage {stage_name} of batch {batch_id}", progress)
+        )
+        if stage_name == RawStage.name:
+            # Exact dedup reads every other batch's document_index rows, then commits its own:
+            # one raw stage at a time, or two batches holding the same record would both keep it.
+            locks.enter_context(exclusive(settings, "exact dedup (document_index)", progress))
         return _run_stage(settings, stage_name, batch_id, run_id, progress)
 
 
@@ -220,7 +227,7 @@ def _execute(
     stage, batch_id = plan.stage, plan.manifest.batch_id
     if isinstance(stage, RawStage):
         index = table_handle(settings, "document_index")
-        run = run_raw(settings, stage, plan.manifest, plan.earlier, outputs, index, cpus, progress)
+        run = run_raw(settings, stage, plan.manifest, outputs, index, cpus, progress)
         return run.slices, {"document_index": run.index_files}
     if plan.upstream is None:
         raise RuntimeError(f"stage {stage.name} has no upstream table and is not the raw stage")
