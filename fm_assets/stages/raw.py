@@ -74,7 +74,7 @@ class RawStage(Stage):
     """Parsed, validated, content-addressed records; exact duplicates quarantined.
 
     Every record of a landed file becomes a document row or a quarantine row; records whose raw
-    bytes equal an earlier record's (of this batch, or of a batch published before it) are
+    bytes equal a record already kept (earlier in this batch, or by another batch) are
     quarantined as `exact_duplicate`, naming the record that was kept.
     """
 
