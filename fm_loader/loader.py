@@ -61,12 +61,13 @@ class FmLoader:
         self,
         dataset: FmDataset,
         *,
-        batch_size: int,
+        batch_size: int | None = None,
         num_workers: int = 0,
         prefetch_batches: int = 4,
         pin_memory: bool = False,
         log_every_s: float = 60.0,
     ) -> None:
+        batch_size = _placement_batch_size(dataset, batch_size)
         if batch_size < 1 or num_workers < 0 or prefetch_batches < 1:
             raise ValueError(
                 "batch_size and prefetch_batches must be positive and num_workers non-negative, "
@@ -157,16 +158,35 @@ def _produce(batches: Iterator[Batch], ready: queue.Queue[Any], stop: threading.
             continue
 
 
+def _placement_batch_size(dataset: FmDataset, batch_size: int | None) -> int:
+    """The batch size that places samples on workers: the dataset's, or the loader's when the
+    dataset was left at 1. Two different explicit sizes would change which worker serves which
+    sample (and so what a checkpoint means) without anyone asking: refused."""
+    if batch_size is None:
+        return dataset.batch_size
+    if dataset.batch_size not in (1, batch_size):
+        raise ValueError(
+            f"make_loader(batch_size={batch_size}) but the dataset was made with "
+            f"batch_size={dataset.batch_size}; the batch size decides which worker serves which "
+            "sample: give it once (make_dataset(..., batch_size=N) and make_loader without one)"
+        )
+    return batch_size
+
+
 def make_loader(
     dataset: FmDataset,
     *,
-    batch_size: int,
+    batch_size: int | None = None,
     num_workers: int = 0,
     prefetch_batches: int = 4,
     pin_memory: bool = False,
     log_every_s: float = 60.0,
 ) -> FmLoader:
-    """Batches of `dataset` for one trainer process; see `FmLoader`."""
+    """Batches of `dataset` for one trainer process; see `FmLoader`.
+
+    `batch_size` defaults to the dataset's; given, it becomes the dataset's (which decides the
+    placement of samples on workers) unless the dataset already has a different one (refused).
+    """
     return FmLoader(
         dataset,
         batch_size=batch_size,

@@ -161,3 +161,13 @@ def test_two_trainers_on_one_host_leave_nothing_behind(web: Built, tmp_path: Pat
         p for p in tmp_path.rglob("*") if p.suffix in (".lock", ".tmp") or "tmp-" in p.name
     ]
     assert leftovers == []
+
+
+def test_the_batch_size_that_places_samples_is_given_once(web: Built) -> None:
+    dataset = make_dataset(str(web.directory), seed=4, batch_size=4)
+    with pytest.raises(ValueError, match=r"make_loader\(batch_size=8\).*batch_size=4"):
+        make_loader(dataset, batch_size=8)
+    # Without one, the loader batches as the dataset places its samples.
+    loader = make_loader(dataset)
+    first = next(iter(loader))
+    assert loader.batch_size == 4 and len(first["input_ids"]) == 4
