@@ -6,29 +6,10 @@ import datetime as dt
 import uuid
 from pathlib import Path
 
-import pyarrow as pa
-
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog, data_files
 from fm_assets.storage.orphans import sweep_orphans
-
-
-def _rows(batch_id: str, n: int) -> pa.Table:
-    return pa.Table.from_pylist(
-        [
-            {
-                "batch_id": batch_id,
-                "stage": "raw_documents",
-                "code_version": "1",
-                "record_id": f"r{i}",
-                "rule": "empty_record",
-                "reason": "empty",
-                "quarantined_at": dt.datetime.now(dt.UTC),
-            }
-            for i in range(n)
-        ],
-        schema=catalog.table_schema("quarantine"),
-    )
+from tests.rows import quarantine_rows
 
 
 def _path(uri: str) -> Path:
@@ -39,12 +20,12 @@ def test_files_of_a_run_that_never_committed_are_swept_and_committed_ones_kept(
     fm_settings: Settings,
 ) -> None:
     handle = data_files.table_handle(fm_settings, "quarantine")
-    committed = data_files.write_files(handle, _rows("b-1", 3), uuid.uuid4(), 0)
+    committed = data_files.write_files(handle, quarantine_rows("b-1", 3), uuid.uuid4(), 0)
     data_files.commit_files(
         fm_settings, "quarantine", catalog.where_equal("batch_id", "b-1"), committed, {}
     )
     # A run that wrote its files and was killed before its commit.
-    orphaned = data_files.write_files(handle, _rows("b-2", 2), uuid.uuid4(), 0)
+    orphaned = data_files.write_files(handle, quarantine_rows("b-2", 2), uuid.uuid4(), 0)
     assert all(_path(f.file_path).exists() for f in orphaned)
 
     # Within the grace period (a run may still be writing): nothing is touched.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import gzip
 import uuid
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog, data_files
 from fm_loader.retry import StorageUnavailable, is_transient, with_retries
+from tests.rows import quarantine_rows
 
 
 class Flaky:
@@ -98,21 +98,7 @@ def test_a_commit_whose_answer_was_lost_is_not_applied_twice(
 
     monkeypatch.setattr(retry.time, "sleep", _no_sleep)
     handle = data_files.table_handle(fm_settings, "quarantine")
-    rows = pa.Table.from_pylist(
-        [
-            {
-                "batch_id": "b-1",
-                "stage": "raw_documents",
-                "code_version": "1",
-                "record_id": f"r{i}",
-                "rule": "empty_record",
-                "reason": "empty",
-                "quarantined_at": dt.datetime.now(dt.UTC),
-            }
-            for i in range(3)
-        ],
-        schema=catalog.table_schema("quarantine"),
-    )
+    rows = quarantine_rows("b-1", 3)
     files = data_files.write_files(handle, rows, uuid.uuid4(), 0)
     real_lookup = data_files._snapshot_of_commit
     answers_lost = iter([False, True])  # before the commit: not there; after: the answer is lost
