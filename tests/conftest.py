@@ -13,6 +13,7 @@ from fm_assets.settings import Settings, load_settings
 # Paths are defined in tests/paths.py. SHARED_DATA is used here; the others stay importable from
 # conftest for tests written against it (import new ones from tests.paths).
 from tests.paths import LLAMA_TOKENIZER, NEOX_TOKENIZER, REPO, SHARED_DATA, WARC_DIR  # noqa: F401
+from tests.services.fixtures import s3_credentials
 
 # Session fixtures over real servers (Postgres, SeaweedFS S3, a two-node Ray cluster, fm dev),
 # and the loader tests' shard sets (`web`, `code`, shaped per module by `set_shape`).
@@ -58,7 +59,12 @@ def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     settings = load_settings(
         {"FM_HOME": str(tmp_path_factory.mktemp("ray-home")), "FM_RAY_NUM_CPUS": "2"}
     )
-    address = start_local_ray(settings)
+    # Like a cluster's pods, the nodes get the (test) S3 credentials from their environment,
+    # never through a job's runtime_env, which Ray writes to its logs.
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in s3_credentials().items():
+            env.setenv(name, value)
+        address = start_local_ray(settings)
     previous = os.environ.get("RAY_ADDRESS")
     os.environ["RAY_ADDRESS"] = address
     yield address
@@ -83,11 +89,8 @@ def ray_session(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 def ray_workers_with(env: dict[str, str]) -> None:
-    """Make this process's Ray workers see `env` (e.g. S3 credentials set by a test).
-
-    Workers get the driver's credentials when it connects to a Ray on this machine; the
-    session's connection predates the test's variables, so reconnect (a new Ray job, same Ray).
-    """
+    """Check that the session's Ray workers see `env` (the S3 test credentials its nodes were
+    started with), connecting this process to it first."""
     import ray
 
     from fm_assets.execution.compute import ensure_ray
@@ -96,13 +99,13 @@ def ray_workers_with(env: dict[str, str]) -> None:
     def worker_env(names: list[str]) -> dict[str, str | None]:
         return {name: os.environ.get(name) for name in names}
 
-    if ray.is_initialized() and ray.get(worker_env.remote(list(env))) == env:
-        return
-    ray.shutdown()
     ensure_ray(load_settings())
     seen = ray.get(worker_env.remote(list(env)))
     if seen != env:
-        raise RuntimeError(f"Ray workers do not see the test's environment: {seen}")
+        raise RuntimeError(
+            f"the session's Ray workers see {seen}, not the test's {env}: its nodes are "
+            "started with tests/services/fixtures.py s3_credentials()"
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)

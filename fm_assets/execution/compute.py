@@ -31,11 +31,10 @@ def ensure_ray(settings: Settings) -> None:
     # production sets RAY_AUTH_MODE=token and RAY_AUTH_TOKEN explicitly.
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     worker_env = {"TOKENIZERS_PARALLELISM": "false", "RAY_AUTH_MODE": os.environ["RAY_AUTH_MODE"]}
-    if _on_this_machine(settings.ray_address):
+    if not settings.ray_address:
         # Workers read landed files and registry copies from the object store themselves. A
         # cluster's nodes get credentials from their own environment (the pods' secret): a
-        # runtime_env would put them in the cluster's job table and dashboard. A Ray on this
-        # machine runs as this user anyway: its workers get the driver's credentials.
+        # runtime_env would put them in the cluster's job table, dashboard and logs.
         worker_env |= {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
     address = settings.ray_address or start_local_ray(settings)
     ray.init(
@@ -44,14 +43,6 @@ def ensure_ray(settings: Settings) -> None:
         logging_level=logging.WARNING,
         log_to_driver=False,
     )
-
-
-def _on_this_machine(address: str | None) -> bool:
-    """True for this FM_HOME's own Ray (no address) and for a head on loopback."""
-    if not address:
-        return True
-    host = address.removeprefix("ray://").rsplit(":", 1)[0]
-    return host in ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 def ray_cpus() -> int:
