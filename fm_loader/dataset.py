@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,13 @@ from fm_loader.blocks import Block, BlockError, RawBlock
 from fm_loader.manifest import ShardSetManifest
 from fm_loader.mixture import MixtureArg, MixtureSpec, ScheduleCursor
 from fm_loader.plan import SourceOrder, rank_positions, resolve_world, worker_serves
+from fm_loader.provenance import (
+    PROVENANCE_FORMAT_VERSION,
+    RunRecord,
+    check_run_id,
+    read_revocation,
+    write_run_record,
+)
 from fm_loader.resolve import (
     ResolvedShardSet,
     check_compatible,
@@ -65,6 +73,8 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.shuffle_window, self.batch_size = shuffle_window, batch_size
         self.content_hashes = tuple(r.manifest_sha256 for r in resolved)
+        self.run_id: str | None = None  # set by `record_run`
+        self._locations = [_location(r) for r in resolved]
         self._shards = [ShardSet(r.directory, r.manifest, remote=r.remote) for r in resolved]
         sizes = [len(s) for s in self._shards]
         self._weights = spec.integer_weights(sizes)
@@ -227,7 +237,39 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
                 self._weights, self._start, self._start_counts
             )
         cursor.take(position - cursor.position)
+        if self.run_id is not None:
+            self._write_run_records(position, cursor.counts)
         return self._state(position, cursor.counts).to_dict()
+
+    # -- training-run registry ----------------------------------------------------------------
+    def record_run(self, run_id: str) -> None:
+        """Name the training run reading this dataset: rank 0 records it beside every shard set
+        now, and the position consumed at every `state_dict()` (checkpoint) after."""
+        self.run_id = check_run_id(run_id)
+        self._write_run_records(self._start, self._start_counts)
+
+    def _write_run_records(self, position: int, counts: Sequence[int]) -> None:
+        if self.rank != 0:
+            return  # one writer per run: every rank knows the same global position
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        for shards, digest, (location, endpoint) in zip(
+            self._shards, self.content_hashes, self._locations, strict=True
+        ):
+            record = RunRecord(
+                format_version=PROVENANCE_FORMAT_VERSION,
+                run_id=str(self.run_id),
+                shard_set_key=shards.manifest.shard_set_key,
+                source_version=shards.manifest.source_version,
+                manifest_sha256=digest,
+                sources=tuple(self.spec.keys),
+                world_size=self.world_size,
+                seed=self.seed,
+                epoch=self.epoch,
+                position=position,
+                source_counts=tuple(int(c) for c in counts),
+                recorded_at=now,
+            )
+            write_run_record(location, record, endpoint)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at a checkpointed global position, with any world size and worker count.
@@ -272,6 +314,32 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
         )
 
 
+def _location(resolved: ResolvedShardSet) -> tuple[str, str | None]:
+    """Where a shard set is published (its remote URI when served from the cache) and the S3
+    endpoint reaching it."""
+    if resolved.remote is not None:
+        return resolved.remote.uri, resolved.remote.s3_endpoint
+    return str(resolved.directory), None
+
+
+def _refuse_revoked(resolved: ResolvedShardSet) -> None:
+    """Raise if the platform revoked this shard set, naming the reason and the replacement."""
+    location, endpoint = _location(resolved)
+    revocation = read_revocation(location, endpoint)
+    if revocation is None:
+        return
+    if revocation.replacement:
+        version = revocation.replacement.split("/", 1)[0]
+        instead = f"train on its replacement {version} (shard set {revocation.replacement})"
+    else:
+        instead = "no replacement was built (every document was revoked)"
+    raise ValueError(
+        f"{resolved.source} (shard set {resolved.manifest.shard_set_key}) is revoked: "
+        f"{revocation.reason} ({revocation.revocation_id}, by {revocation.revoked_by} at "
+        f"{revocation.revoked_at}); {instead}, or pass allow_revoked=True to read it for an audit"
+    )
+
+
 def _check_same_layout(resolved: Sequence[ResolvedShardSet]) -> None:
     """Mixed sources must share tokenizer, seq_len and schema: samples are stacked together."""
     first = resolved[0].manifest
@@ -302,6 +370,8 @@ def make_dataset(
     expected_schema_fingerprint: str | None = None,
     settings: CatalogLocation | None = None,
     cache_dir: str | Path | None = None,
+    run_id: str | None = None,
+    allow_revoked: bool = False,
 ) -> FmDataset:
     """Open a shard set, or a mixture of them, for training and check it before the first step.
 
@@ -317,6 +387,10 @@ def make_dataset(
     a directory named by their manifest's sha256. Raises ValueError, saying what to do, on an
     unknown or ambiguous version, a tokenizer or schema mismatch, an unknown manifest format, a
     remote set that fails its checksums, or sources that cannot be mixed.
+
+    A shard set the platform revoked (`fm revoke`) raises, naming the reason and its replacement,
+    unless `allow_revoked=True` (audits). `run_id` names the training run: rank 0 records it beside
+    each shard set, with the position consumed at every `state_dict()`, for `fm lineage run`.
     """
     spec = MixtureSpec.parse(source)
     rank, world_size = resolve_world(rank, world_size)
@@ -337,8 +411,10 @@ def make_dataset(
             expected_tokenizer_hash=expected_tokenizer_hash,
             expected_schema_fingerprint=expected_schema_fingerprint,
         )
+        if not allow_revoked:
+            _refuse_revoked(one)
         resolved.append(one)
-    return FmDataset(
+    dataset = FmDataset(
         resolved,
         spec,
         rank=rank,
@@ -348,3 +424,6 @@ def make_dataset(
         shuffle_window=shuffle_window,
         batch_size=batch_size,
     )
+    if run_id is not None:
+        dataset.record_run(run_id)
+    return dataset
