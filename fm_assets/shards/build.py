@@ -31,6 +31,7 @@ from fm_assets.execution import pipeline
 from fm_assets.execution.compute import Progress, ensure_ray, process_on_ray, ray_cpus, split_rows
 from fm_assets.registries.tokenizers import TokenizerInfo
 from fm_assets.settings import PIPELINE_VERSION, Settings
+from fm_assets.shards.lineage import record_lineage
 from fm_assets.shards.packing import PackedSequence, pack_documents, packing_efficiency
 from fm_assets.shards.writer import ShardSetHeader, write_shard_set
 from fm_assets.stages.tokenize import TokenizeStage, eos_token_id, load_tokenizer
@@ -92,7 +93,7 @@ def _pad_id(tokenizer: object) -> int:
     return 0 if eos is None else eos
 
 
-def _version_tokens(
+def version_tokens(
     settings: Settings, version: DatasetVersion, tokenizer: TokenizerInfo, progress: Progress
 ) -> pa.Table:
     """(doc_id, tokens) of the version under `tokenizer`: stored tokens, or tokenized now on Ray."""
@@ -110,9 +111,10 @@ def _version_tokens(
     return result.kept.select(["doc_id", "tokens"])
 
 
-def _sequences_with_tokens(
+def sequences_with_tokens(
     sequences: list[PackedSequence], docs: pa.Table
 ) -> Iterator[tuple[PackedSequence, np.ndarray[Any, Any]]]:
+    """Each sequence with its tokens, sliced from `docs` (doc_id, tokens) as its segments name."""
     tokens = docs.column("tokens").combine_chunks()
     flat = tokens.values.to_numpy(zero_copy_only=False)
     offsets = tokens.offsets.to_numpy()
@@ -141,8 +143,10 @@ def build_shard_set(
     *,
     run_id: str | None = None,
     progress: Progress = lambda message: None,
+    shard_size_bytes: int = 64 << 20,
 ) -> ShardSetBuild:
-    """Pack a version with `tokenizer` into `seq_len` sequences; write and register the shards."""
+    """Pack a version with `tokenizer` into `seq_len` sequences; write and register the shards
+    (each shard file at most about `shard_size_bytes`)."""
 
     version = require_version(settings, version_key)
     config = shard_config_key(tokenizer.tokenizer_hash, seq_len)
@@ -158,7 +162,7 @@ def build_shard_set(
             docs_tokens = int(existing["num_tokens"])
             return ShardSetBuild(manifest, store.uri(prefix), docs_tokens, created=False)
 
-    docs = _version_tokens(settings, version, tokenizer, progress)
+    docs = version_tokens(settings, version, tokenizer, progress)
     docs = docs.take(pc.sort_indices(docs, sort_keys=[("doc_id", "ascending")]))
     lengths = pc.list_value_length(docs.column("tokens")).to_numpy(zero_copy_only=False)
     documents_tokens = int(lengths.sum())
@@ -188,20 +192,43 @@ def build_shard_set(
     def write(out_dir: str) -> ShardSetManifest:
 
         return write_shard_set(
-            _sequences_with_tokens(sequences, docs),
+            sequences_with_tokens(sequences, docs),
             out_dir,
             seq_len=seq_len,
             vocab_size=tokenizer.vocab_size,
             pad_token_id=_pad_id(tok),
             header=header,
+            size_limit_bytes=shard_size_bytes,
         )
 
     manifest = _write_and_publish(store, prefix, write, progress)
+    # Before the set's row: a registered set always has its lineage.
+    record_lineage(settings, key, sequences)
+    register_shard_set(
+        settings, store, key, version_key, tokenizer.tokenizer_hash, seq_len, manifest, run_id
+    )
+    return ShardSetBuild(manifest, store.uri(prefix), documents_tokens, created=True)
+
+
+def register_shard_set(
+    settings: Settings,
+    store: ObjectStore,
+    key: str,
+    version_key: str,
+    tokenizer_hash: str,
+    seq_len: int,
+    manifest: ShardSetManifest,
+    run_id: str | None,
+) -> None:
+    """Append the published set's `shard_sets` row: what `make_dataset` resolves."""
+    config = shard_config_key(tokenizer_hash, seq_len)
+    prefix = shard_set_prefix(version_key, config)
+    manifest_key = f"{prefix}/{MANIFEST_NAME}"
     row = {
         "shard_set_key": key,
         "version_key": version_key,
         "shard_config": config,
-        "tokenizer_hash": tokenizer.tokenizer_hash,
+        "tokenizer_hash": tokenizer_hash,
         "seq_len": seq_len,
         "uri": store.uri(prefix),
         # Hash what readers will fetch, not what we meant to publish.
@@ -212,7 +239,6 @@ def build_shard_set(
         "created_at": dt.datetime.now(dt.UTC),
     }
     catalog.append_rows(settings, "shard_sets", pa.Table.from_pylist([row]))
-    return ShardSetBuild(manifest, store.uri(prefix), documents_tokens, created=True)
 
 
 def _write_and_publish(
