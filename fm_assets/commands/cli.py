@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from fm_assets.commands.dev import dev
+from fm_assets.commands.lineage import lineage, revoke
 from fm_assets.settings import load_settings
 
 
@@ -312,6 +313,8 @@ def demo(
 
 
 main.add_command(dev)
+main.add_command(lineage)
+main.add_command(revoke)
 
 
 if __name__ == "__main__":
