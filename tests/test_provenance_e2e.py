@@ -27,6 +27,7 @@ from fm_assets.registries.tokenizers import TokenizerInfo, register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.shards.build import build_shard_set, read_shard_set_row
 from fm_assets.storage import catalog
+from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions.dataset_version import create_version, require_version, version_documents
 from fm_loader import make_dataset
 from fm_loader.manifest import read_manifest
@@ -237,6 +238,9 @@ def test_revocation_end_to_end(built: Built, tmp_path: Path) -> None:
     assert len(changed) == 1
     served = make_dataset("web@v2", rank=0, world_size=1, settings=s)
     assert sum(1 for _ in served) == new_manifest.num_samples  # every checksum verified
+    card = open_object_store(s).read_bytes("cards/web@v2/dataset_card.md").decode()
+    assert "## Revocations" in card and "licensor asked" in card and "| web@v1 |" in card
+    assert f"| Documents | {len(new_docs):,} |" in card
     assert _json_lines(_cli("lineage", "doc", revoked))[0]["shard_set"] == built.shard_set_key
 
     # Revoking a whole source: web@v2 is replaced by web@v3; web@v1 keeps its first replacement.

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from fm_assets.settings import load_settings
+
+if TYPE_CHECKING:
+    from fm_assets.settings import Settings
+    from fm_assets.shards.revoke import RevocationReport
 
 
 def _echo(message: str) -> None:
@@ -66,6 +70,43 @@ def lineage_revocations() -> None:
     _print([vars(r) for r in read_revocations(load_settings())])
 
 
+def _write_cards(settings: Settings, report: RevocationReport) -> None:
+    """Each replacement version's dataset card, with its revocation section, where the version's
+    and its shard sets' cards live."""
+    from fm_assets.cards.build import build_card, write_card_to_store
+    from fm_assets.shards.build import parse_shard_config, shard_set_prefix
+    from fm_assets.storage.objectstore import open_object_store
+    from fm_assets.versions.dataset_version import require_version
+
+    store = open_object_store(settings)
+    r = report.revocation
+    for outcome in report.versions:
+        if outcome.replacement is None:
+            continue
+        section = {
+            "revocation_id": r.revocation_id,
+            "criterion": r.criterion,
+            "value": r.value,
+            "replaces": outcome.version_key,
+            "documents_removed": len(outcome.removed),
+            "reason": r.reason,
+            "revoked_by": r.revoked_by,
+            "revoked_at": r.revoked_at.isoformat(timespec="seconds"),
+        }
+        version = require_version(settings, outcome.replacement)
+        card = build_card(settings, version, revocations=[section])
+        write_card_to_store(card, store, f"cards/{version.version_key}")
+        for row in report.shard_sets:
+            key = row["replacement"]
+            if key and key.startswith(f"{version.version_key}/"):
+                config = key.split("/", 1)[1]
+                parse_shard_config(config)  # a malformed key fails here, before any write
+                write_card_to_store(
+                    card, store, f"{shard_set_prefix(version.version_key, config)}/card"
+                )
+        _echo(f"wrote the dataset card of {version.version_key}")
+
+
 @click.command()
 @click.option("--doc", "doc_id", default=None, help="A document id (or raw sha256).")
 @click.option("--source", default=None, help="A source name, as landed.")
@@ -87,7 +128,9 @@ def revoke(
     if len(chosen) != 1:
         raise ValueError("name exactly one of --doc, --source, --license or --batch to revoke")
     criterion, value = chosen[0]
-    report = run_revocation(load_settings(), criterion, value, reason, progress=_echo)
+    settings = load_settings()
+    report = run_revocation(settings, criterion, value, reason, progress=_echo)
+    _write_cards(settings, report)
     click.echo(f"revocation {report.revocation.revocation_id}")
     for v in report.versions:
         click.echo(
