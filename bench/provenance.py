@@ -32,6 +32,7 @@ from fm_assets.execution import pipeline
 from fm_assets.registries.tokenizers import default_tokenizer
 from fm_assets.settings import Settings
 from fm_assets.shards.build import build_shard_set
+from fm_assets.shards.lineage import shard_set_lineage
 from fm_assets.shards.revoke import latest_shard_sets, revoke
 from fm_assets.shards.trace import describe_sample, places_of_document
 from fm_assets.versions.dataset_version import create_version, next_version_key
@@ -84,10 +85,11 @@ def measure(settings: Settings, batch: str, targets: Sequence[int], repeats: int
         live = _live(settings)
         row = latest_shard_sets(settings, live[0])[0]
         key, samples = str(row["shard_set_key"]), int(row["num_samples"])
-        first = describe_sample(settings, key, 0)
+        held = set(shard_set_lineage(settings, key).column("doc_id").to_pylist())
         indices = [rng.randrange(samples) for _ in range(repeats)]
         sample_s = [timed(partial(describe_sample, settings, key, i))[1] for i in indices]
-        doc = next(d["doc_id"] for d in first if d["doc_id"] not in revoked)
+        # A document drawn at random: how many shards it touches is what a revocation costs.
+        doc = rng.choice(sorted(held - revoked))
         places = len(places_of_document(settings, doc))
         doc_s = _times(partial(places_of_document, settings, doc), repeats)
         total_versions = len(all_versions(settings))
@@ -122,10 +124,11 @@ def render(stamp_header: str, machine: str, steps: Sequence[Step]) -> str:
         "The shared WARCs (one batch, every stage), cut into N versions of the same batch, each "
         f"packed at seq_len {SEQ_LEN} into ~{SHARD_BYTES >> 10} KiB shards. Query times are "
         f"median (min–max) of {REPEATS} calls of the functions behind `fm lineage` (no process "
-        "start-up); `lineage doc` asks for a document held by every live version. The "
-        "revocation revokes one document (`fm revoke --doc`): it scans every version, cuts a "
-        "replacement for each live one and rebuilds its shard set keeping the packing, so only "
-        "shards holding the document are rewritten; bytes are summed over the rebuilt sets.",
+        "start-up); `lineage doc` asks for a document, drawn at random, held by every live "
+        "version. The revocation revokes that document (`fm revoke --doc`): it scans every "
+        "version, cuts a replacement for each live one and rebuilds its shard set keeping the "
+        "packing, so only shards holding the document are rewritten; bytes are summed over the "
+        "rebuilt sets.",
         "",
         "| versions in catalog | live versions replaced | `lineage sample` s | `lineage doc` s "
         "| places found | `revoke` s | shards rewritten / total | bytes rewritten / total |",
