@@ -217,6 +217,9 @@ def test_revocation_end_to_end(built: Built, tmp_path: Path) -> None:
         == manifest.num_samples
     )
 
+    with pytest.raises(ValueError, match=r"web@v1 is revoked .*build web@v2 instead"):
+        build_shard_set(s, "web@v1", built.tokenizer, 2 * SEQ_LEN)
+
     # The new version lacks exactly the revoked document, in the catalog and in its shards.
     v2 = require_version(s, "web@v2")
     new_docs = set(

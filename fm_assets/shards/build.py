@@ -43,6 +43,7 @@ from fm_assets.versions.dataset_version import (
     require_version,
     version_documents,
 )
+from fm_assets.versions.revocation import replacement_of
 from fm_loader.manifest import MANIFEST_NAME, ShardSetManifest
 
 _CONFIG = re.compile(r"^(?P<tok>[0-9a-f]{12})-s(?P<seq>[1-9][0-9]*)$")
@@ -149,6 +150,17 @@ def build_shard_set(
     (each shard file at most about `shard_size_bytes`)."""
 
     version = require_version(settings, version_key)
+    revoked = replacement_of(settings, version_key)
+    if revoked is not None:
+        instead = (
+            f"build {revoked['replacement']} instead"
+            if revoked["replacement"]
+            else ("every document of it was revoked")
+        )
+        raise ValueError(
+            f"{version_key} is revoked ({revoked['revocation_id']}): no new shard set is built "
+            f"from it; {instead}"
+        )
     config = shard_config_key(tokenizer.tokenizer_hash, seq_len)
     key = shard_set_key(version_key, config)
     store = open_object_store(settings)
