@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from fm_loader.provenance import (
     RunRecord,
     check_run_id,
     read_revocation,
+    refuse_namespaces,
     write_run_record,
 )
 from fm_loader.resolve import (
@@ -372,6 +373,7 @@ def make_dataset(
     cache_dir: str | Path | None = None,
     run_id: str | None = None,
     allow_revoked: bool = False,
+    namespaces: Collection[str] | None = None,
 ) -> FmDataset:
     """Open a shard set, or a mixture of them, for training and check it before the first step.
 
@@ -391,6 +393,8 @@ def make_dataset(
     A shard set the platform revoked (`fm revoke`) raises, naming the reason and its replacement,
     unless `allow_revoked=True` (audits). `run_id` names the training run: rank 0 records it beside
     each shard set, with the position consumed at every `state_dict()`, for `fm lineage run`.
+    `namespaces` (e.g. {"cloud"}): the data namespaces this job may read; a source holding any
+    other raises, naming it.
     """
     spec = MixtureSpec.parse(source)
     rank, world_size = resolve_world(rank, world_size)
@@ -413,6 +417,9 @@ def make_dataset(
         )
         if not allow_revoked:
             _refuse_revoked(one)
+        if namespaces is not None:
+            location, endpoint = _location(one)
+            refuse_namespaces(key, location, namespaces, endpoint)
         resolved.append(one)
     dataset = FmDataset(
         resolved,

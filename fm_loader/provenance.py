@@ -7,6 +7,8 @@ Two small JSON objects live beside a shard set's `fm_manifest.json`, so the load
                              refuses the set unless the trainer passes `allow_revoked=True`
     fm_runs/<run_id>.json    written by rank 0 of a training run naming itself (`run_id=`): which
                              sets it opened and, at each checkpoint, the stream position consumed
+    fm_namespaces.json       written with the set: the data namespaces its documents came from;
+                             `make_dataset(namespaces=...)` refuses a set holding any other
 
 The platform reads both (`fm lineage run`, `fm lineage doc`, `fm revoke`).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -23,6 +26,7 @@ import pyarrow.fs as pafs
 from fm_loader.remote import filesystem_for
 
 REVOCATION_NAME = "fm_revoked.json"
+NAMESPACES_NAME = "fm_namespaces.json"
 RUNS_DIR = "fm_runs"
 PROVENANCE_FORMAT_VERSION = 1
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -123,6 +127,45 @@ def read_revocation(location: str, s3_endpoint: str | None = None) -> Revocation
 def write_revocation(location: str, revocation: Revocation, s3_endpoint: str | None) -> None:
     """Mark the shard set at `location` as revoked (the platform calls this)."""
     _write_text(location, REVOCATION_NAME, revocation.to_json(), s3_endpoint)
+
+
+def namespaces_json(namespaces: Iterable[str]) -> str:
+    """The `fm_namespaces.json` text for a shard set holding `namespaces`."""
+    body = {"format_version": PROVENANCE_FORMAT_VERSION, "namespaces": sorted(set(namespaces))}
+    return json.dumps(body, sort_keys=True)
+
+
+def read_namespaces(location: str, s3_endpoint: str | None = None) -> tuple[str, ...] | None:
+    """The namespaces recorded beside the shard set at `location`, or None if none were."""
+    text = _read_text(location, NAMESPACES_NAME, s3_endpoint)
+    if text is None:
+        return None
+    obj = json.loads(text)
+    if not isinstance(obj, dict) or obj.get("format_version") != PROVENANCE_FORMAT_VERSION:
+        raise ValueError(
+            f"{location}/{NAMESPACES_NAME} is not a version {PROVENANCE_FORMAT_VERSION} "
+            "namespace record: upgrade fm_loader"
+        )
+    return tuple(str(n) for n in obj["namespaces"])
+
+
+def refuse_namespaces(
+    source: str, location: str, allowed: Collection[str], s3_endpoint: str | None
+) -> None:
+    """Raise unless every namespace of the shard set at `location` is in `allowed`."""
+    held = read_namespaces(location, s3_endpoint)
+    if held is None:
+        raise ValueError(
+            f"{source} records no data namespaces (built before they were recorded), so it "
+            f"cannot be checked against namespaces={sorted(allowed)}: rebuild it with "
+            "`fm shards build`, or leave namespaces= out"
+        )
+    other = sorted(set(held) - set(allowed))
+    if other:
+        raise ValueError(
+            f"{source} holds data from namespaces {other}, which this job may not read "
+            f"(namespaces={sorted(allowed)}); train on a version cut from allowed batches only"
+        )
 
 
 def check_run_id(run_id: str) -> str:

@@ -239,7 +239,8 @@ def test_revocation_end_to_end(built: Built, tmp_path: Path) -> None:
         if a.sha256 != b.sha256
     ]
     assert len(changed) == 1
-    served = make_dataset("web@v2", rank=0, world_size=1, settings=s)
+    # The replacement keeps its base's namespaces, beside its shards too.
+    served = make_dataset("web@v2", rank=0, world_size=1, settings=s, namespaces={"default"})
     assert sum(1 for _ in served) == new_manifest.num_samples  # every checksum verified
     card = open_object_store(s).read_bytes("cards/web@v2/dataset_card.md").decode()
     assert "## Revocations" in card and "licensor asked" in card and "| web@v1 |" in card

@@ -39,12 +39,14 @@ from fm_assets.storage import catalog
 from fm_assets.storage.objectstore import ObjectStore, open_object_store
 from fm_assets.versions.dataset_version import (
     DatasetVersion,
+    namespaces_of,
     parse_version_key,
     require_version,
     version_documents,
 )
 from fm_assets.versions.revocation import replacement_of
 from fm_loader.manifest import MANIFEST_NAME, ShardSetManifest
+from fm_loader.provenance import NAMESPACES_NAME, namespaces_json
 
 _CONFIG = re.compile(r"^(?P<tok>[0-9a-f]{12})-s(?P<seq>[1-9][0-9]*)$")
 PAD_CANDIDATES = ("<|padding|>", "<pad>", "[PAD]")
@@ -201,9 +203,10 @@ def build_shard_set(
         pipeline_version=PIPELINE_VERSION,
     )
 
-    def write(out_dir: str) -> ShardSetManifest:
+    namespaces = namespaces_of(settings, version)
 
-        return write_shard_set(
+    def write(out_dir: str) -> ShardSetManifest:
+        written = write_shard_set(
             sequences_with_tokens(sequences, docs),
             out_dir,
             seq_len=seq_len,
@@ -212,6 +215,9 @@ def build_shard_set(
             header=header,
             size_limit_bytes=shard_size_bytes,
         )
+        # What make_dataset(namespaces=...) checks; on S3 it is uploaded before the manifest.
+        (Path(out_dir) / NAMESPACES_NAME).write_text(namespaces_json(namespaces))
+        return written
 
     manifest = _write_and_publish(store, prefix, write, progress)
     # Before the set's row: a registered set always has its lineage.

@@ -41,8 +41,9 @@ from fm_assets.shards.lineage import (
 from fm_assets.shards.packing import PackedSequence, Segment
 from fm_assets.shards.writer import ShardSetHeader, write_shard_set
 from fm_assets.storage.objectstore import ObjectStore, open_object_store
-from fm_assets.versions.dataset_version import DatasetVersion
+from fm_assets.versions.dataset_version import DatasetVersion, namespaces_of
 from fm_loader.manifest import INDEX_NAME, MANIFEST_NAME, ShardInfo, ShardSetManifest
+from fm_loader.provenance import NAMESPACES_NAME, namespaces_json
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,10 @@ def rebuild_without(
         num_documents=len(pc.unique(new_lineage.column("doc_id"))),
         packing_efficiency=num_tokens / (num_samples * seq_len),
         shards=tuple(infos),
+    )
+    store.write_bytes_atomic(
+        f"{new_prefix}/{NAMESPACES_NAME}",
+        namespaces_json(namespaces_of(settings, replacement)).encode(),
     )
     # The manifest last: its presence publishes the set.
     store.write_bytes_atomic(f"{new_prefix}/{MANIFEST_NAME}", manifest.to_json().encode())

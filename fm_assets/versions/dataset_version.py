@@ -14,12 +14,14 @@ import hashlib
 import json
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fm_assets.curation.namespaces import load_namespace_policy
 from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
@@ -41,7 +43,17 @@ VERSION_EXCLUSIONS = pa.schema(
         pa.field("revocation_id", pa.string(), nullable=False),
     ]
 )
-declare(TableSpec("version_exclusions", VERSION_EXCLUSIONS, ("version_key",)))
+# The data namespaces of a version's batches (`fm land --namespace`): what a trainer may read.
+VERSION_NAMESPACES = pa.schema(
+    [
+        pa.field("version_key", pa.string(), nullable=False),
+        pa.field("namespace", pa.string(), nullable=False),
+    ]
+)
+declare(
+    TableSpec("version_exclusions", VERSION_EXCLUSIONS, ("version_key",)),
+    TableSpec("version_namespaces", VERSION_NAMESPACES, ("version_key",)),
+)
 
 
 @dataclass(frozen=True)
@@ -143,12 +155,47 @@ def choose_batches(settings: Settings, version_key: str, batches: list[str] | No
         raise ValueError(
             f"batches {', '.join(missing)} have not run {final}; run `fm run --batch ID` first"
         )
+    load_namespace_policy(settings).refuse_mix(batch_namespaces(settings, chosen), version_key)
     if sum(int(run["records_kept"]) for run in runs.values() if run) == 0:
         raise ValueError(
             f"{version_key} would hold no documents: {drop_summary(settings, chosen)}; "
             "land more data, or change the dataset's policy (FM_POLICY_FILE) and rerun"
         )
     return chosen
+
+
+def batch_namespaces(settings: Settings, batches: Iterable[str]) -> list[str]:
+    """The data namespaces of the batches' final documents (as landed), sorted."""
+    rows = catalog.read_table(
+        settings,
+        pipeline.STAGE_NAMES[-1],
+        catalog.where_in("batch_id", sorted(set(batches))),
+        columns=("namespace",),
+    )
+    return sorted(set(rows.column("namespace").to_pylist()))
+
+
+def record_namespaces(settings: Settings, version_key: str, namespaces: list[str]) -> None:
+    """Record the namespaces a version holds (before its row: readers trust the row)."""
+    rows = pa.table({"version_key": [version_key] * len(namespaces), "namespace": namespaces})
+    catalog.replace_rows(
+        settings, "version_namespaces", rows, catalog.where_equal("version_key", version_key)
+    )
+
+
+def version_namespaces(settings: Settings, version_key: str) -> list[str]:
+    """The namespaces a version holds, sorted ([] for a version cut before they were recorded)."""
+    rows = catalog.read_table(
+        settings, "version_namespaces", catalog.where_equal("version_key", version_key)
+    )
+    return sorted(set(rows.column("namespace").to_pylist()))
+
+
+def namespaces_of(settings: Settings, version: DatasetVersion) -> list[str]:
+    """The namespaces a version holds: as recorded, or (cut before they were) its batches'."""
+    return version_namespaces(settings, version.version_key) or batch_namespaces(
+        settings, version.batches
+    )
 
 
 def drop_summary(settings: Settings, batches: list[str]) -> str:
@@ -240,6 +287,7 @@ def create_version(
         content_hash=content_hash,
     )
     exclude_documents(settings, version_key, excluded)
+    record_namespaces(settings, version_key, batch_namespaces(settings, chosen))
     register_version(settings, version, run_id)
     return version, True
 

@@ -26,8 +26,10 @@ from fm_assets.versions.dataset_version import (
     DatasetVersion,
     exclude_documents,
     excluded_documents,
+    namespaces_of,
     next_version_key,
     parse_version_key,
+    record_namespaces,
     register_version,
     version_documents,
 )
@@ -104,6 +106,7 @@ def cut_replacement(
     )
     # The exclusions first: once the version row exists, readers trust it.
     exclude_documents(settings, key, {d: f"via {version.version_key}" for d in previous} | removed)
+    record_namespaces(settings, key, namespaces_of(settings, version))
     register_version(settings, replacement, run_id=None)
     return replacement
 
