@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from fm_assets.shards.packing import pack_documents
+from fm_assets.shards.writer import ShardSetHeader, sequence_tokens, write_shard_set
 from fm_loader import make_dataset
 from fm_loader.provenance import (
     PROVENANCE_FORMAT_VERSION,
@@ -17,13 +20,26 @@ from fm_loader.provenance import (
     read_run_records,
     write_revocation,
 )
-from tests.loader_sets import build, synthetic_docs
 
 
 @pytest.fixture
 def shard_dir(tmp_path: Path) -> Path:
+    """A small synthetic shard set of synth@v1 (60 documents, seq_len 64)."""
+    rng = np.random.default_rng(0)
+    docs = {
+        f"{i:064x}": rng.integers(1, 1000, int(n)).astype(np.int32)
+        for i, n in enumerate(rng.integers(1, 200, 60))
+    }
+    sequences = pack_documents([(d, len(t)) for d, t in docs.items()], 64, shuffle_seed=0)
     directory = tmp_path / "set"
-    build(directory, synthetic_docs(60), 64)
+    write_shard_set(
+        [(s, sequence_tokens(s, docs)) for s in sequences],
+        str(directory),
+        seq_len=64,
+        vocab_size=1000,
+        pad_token_id=0,
+        header=ShardSetHeader("synth@v1/aaaaaaaaaaaa-s64", "synth@v1", "0" * 64, "a" * 64),
+    )
     return directory
 
 
