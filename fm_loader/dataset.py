@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,14 +14,7 @@ from fm_loader.blocks import Block, BlockError, RawBlock
 from fm_loader.manifest import ShardSetManifest
 from fm_loader.mixture import MixtureArg, MixtureSpec, ScheduleCursor
 from fm_loader.plan import SourceOrder, rank_positions, resolve_world, worker_serves
-from fm_loader.provenance import (
-    PROVENANCE_FORMAT_VERSION,
-    RunRecord,
-    check_run_id,
-    read_revocation,
-    refuse_namespaces,
-    write_run_record,
-)
+from fm_loader.provenance import RunRegistry, check_run_id, refuse_namespaces, refuse_revoked
 from fm_loader.resolve import (
     ResolvedShardSet,
     check_compatible,
@@ -74,7 +66,7 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.shuffle_window, self.batch_size = shuffle_window, batch_size
         self.content_hashes = tuple(r.manifest_sha256 for r in resolved)
-        self.run_id: str | None = None  # set by `record_run`
+        self._run: RunRegistry | None = None  # set by `record_run` on rank 0
         self._locations = [_location(r) for r in resolved]
         self._shards = [ShardSet(r.directory, r.manifest, remote=r.remote) for r in resolved]
         sizes = [len(s) for s in self._shards]
@@ -238,39 +230,25 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
                 self._weights, self._start, self._start_counts
             )
         cursor.take(position - cursor.position)
-        if self.run_id is not None:
-            self._write_run_records(position, cursor.counts)
+        if self._run is not None:
+            self._run.record(self.world_size, self.seed, self.epoch, position, cursor.counts)
         return self._state(position, cursor.counts).to_dict()
 
-    # -- training-run registry ----------------------------------------------------------------
     def record_run(self, run_id: str) -> None:
         """Name the training run reading this dataset: rank 0 records it beside every shard set
         now, and the position consumed at every `state_dict()` (checkpoint) after."""
-        self.run_id = check_run_id(run_id)
-        self._write_run_records(self._start, self._start_counts)
-
-    def _write_run_records(self, position: int, counts: Sequence[int]) -> None:
         if self.rank != 0:
             return  # one writer per run: every rank knows the same global position
-        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        for shards, digest, (location, endpoint) in zip(
-            self._shards, self.content_hashes, self._locations, strict=True
-        ):
-            record = RunRecord(
-                format_version=PROVENANCE_FORMAT_VERSION,
-                run_id=str(self.run_id),
-                shard_set_key=shards.manifest.shard_set_key,
-                source_version=shards.manifest.source_version,
-                manifest_sha256=digest,
-                sources=tuple(self.spec.keys),
-                world_size=self.world_size,
-                seed=self.seed,
-                epoch=self.epoch,
-                position=position,
-                source_counts=tuple(int(c) for c in counts),
-                recorded_at=now,
-            )
-            write_run_record(location, record, endpoint)
+        self._run = RunRegistry(
+            check_run_id(run_id),
+            [
+                (s.manifest, digest)
+                for s, digest in zip(self._shards, self.content_hashes, strict=True)
+            ],
+            self._locations,
+            self.spec.keys,
+        )
+        self._run.record(self.world_size, self.seed, self.epoch, self._start, self._start_counts)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at a checkpointed global position, with any world size and worker count.
@@ -321,24 +299,6 @@ def _location(resolved: ResolvedShardSet) -> tuple[str, str | None]:
     if resolved.remote is not None:
         return resolved.remote.uri, resolved.remote.s3_endpoint
     return str(resolved.directory), None
-
-
-def _refuse_revoked(resolved: ResolvedShardSet) -> None:
-    """Raise if the platform revoked this shard set, naming the reason and the replacement."""
-    location, endpoint = _location(resolved)
-    revocation = read_revocation(location, endpoint)
-    if revocation is None:
-        return
-    if revocation.replacement:
-        version = revocation.replacement.split("/", 1)[0]
-        instead = f"train on its replacement {version} (shard set {revocation.replacement})"
-    else:
-        instead = "no replacement was built (every document was revoked)"
-    raise ValueError(
-        f"{resolved.source} (shard set {resolved.manifest.shard_set_key}) is revoked: "
-        f"{revocation.reason} ({revocation.revocation_id}, by {revocation.revoked_by} at "
-        f"{revocation.revoked_at}); {instead}, or pass allow_revoked=True to read it for an audit"
-    )
 
 
 def _check_same_layout(resolved: Sequence[ResolvedShardSet]) -> None:
@@ -415,10 +375,10 @@ def make_dataset(
             expected_tokenizer_hash=expected_tokenizer_hash,
             expected_schema_fingerprint=expected_schema_fingerprint,
         )
+        location, endpoint = _location(one)
         if not allow_revoked:
-            _refuse_revoked(one)
+            refuse_revoked(key, one.manifest.shard_set_key, location, endpoint)
         if namespaces is not None:
-            location, endpoint = _location(one)
             refuse_namespaces(key, location, namespaces, endpoint)
         resolved.append(one)
     dataset = FmDataset(

@@ -15,14 +15,16 @@ The platform reads both (`fm lineage run`, `fm lineage doc`, `fm revoke`).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import pyarrow.fs as pafs
 
+from fm_loader.manifest import ShardSetManifest
 from fm_loader.remote import filesystem_for
 
 REVOCATION_NAME = "fm_revoked.json"
@@ -166,6 +168,62 @@ def refuse_namespaces(
             f"{source} holds data from namespaces {other}, which this job may not read "
             f"(namespaces={sorted(allowed)}); train on a version cut from allowed batches only"
         )
+
+
+def refuse_revoked(source: str, shard_set_key: str, location: str, s3_endpoint: str | None) -> None:
+    """Raise if the platform revoked the shard set at `location`, naming the reason and the
+    replacement to train on."""
+    revocation = read_revocation(location, s3_endpoint)
+    if revocation is None:
+        return
+    if revocation.replacement:
+        version = revocation.replacement.split("/", 1)[0]
+        instead = f"train on its replacement {version} (shard set {revocation.replacement})"
+    else:
+        instead = "no replacement was built (every document was revoked)"
+    raise ValueError(
+        f"{source} (shard set {shard_set_key}) is revoked: {revocation.reason} "
+        f"({revocation.revocation_id}, by {revocation.revoked_by} at {revocation.revoked_at}); "
+        f"{instead}, or pass allow_revoked=True to read it for an audit"
+    )
+
+
+class RunRegistry:
+    """Rank 0's writer of one training run's records, one beside each shard set it reads."""
+
+    def __init__(
+        self,
+        run_id: str,
+        manifests: Sequence[tuple[ShardSetManifest, str]],  # (manifest, its sha256)
+        locations: Sequence[tuple[str, str | None]],  # (location, S3 endpoint) of each set
+        sources: Sequence[str],
+    ) -> None:
+        self.run_id = check_run_id(run_id)
+        self.manifests, self.locations, self.sources = list(manifests), list(locations), sources
+
+    def record(
+        self, world_size: int, seed: int, epoch: int, position: int, counts: Sequence[int]
+    ) -> None:
+        """Write the run's position (global samples consumed in `epoch`) beside every set."""
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        for (manifest, digest), (location, endpoint) in zip(
+            self.manifests, self.locations, strict=True
+        ):
+            record = RunRecord(
+                format_version=PROVENANCE_FORMAT_VERSION,
+                run_id=self.run_id,
+                shard_set_key=manifest.shard_set_key,
+                source_version=manifest.source_version,
+                manifest_sha256=digest,
+                sources=tuple(self.sources),
+                world_size=world_size,
+                seed=seed,
+                epoch=epoch,
+                position=position,
+                source_counts=tuple(int(c) for c in counts),
+                recorded_at=now,
+            )
+            write_run_record(location, record, endpoint)
 
 
 def check_run_id(run_id: str) -> str:

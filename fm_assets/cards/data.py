@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
-from fm_assets.versions.dataset_version import DOCUMENT_TABLES, DatasetVersion, excluded_documents
+from fm_assets.versions.dataset_version import DOCUMENT_TABLES, DatasetVersion
+from fm_assets.versions.membership import excluded_documents
 
 EXACT_DEDUP = ("raw_documents", "exact_duplicate")  # (stage, quarantine rule)
 NEAR_DEDUP = ("near_deduplicated_documents", "near_duplicate")

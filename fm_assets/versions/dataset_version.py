@@ -14,7 +14,6 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,32 +27,19 @@ from fm_assets.storage import catalog
 from fm_assets.storage.bookkeeping import latest_check_results, latest_stage_run
 from fm_assets.storage.landing import published_log
 from fm_assets.storage.objectstore import open_object_store
-from fm_assets.storage.revocations import RevocationRecord, read_revocations, revoked_mask
-from fm_assets.storage.tables import TableSpec, declare
+from fm_assets.storage.revocations import read_revocations
+from fm_assets.versions.membership import (
+    batch_namespaces,
+    exclude_documents,
+    excluded_documents,
+    record_namespaces,
+    revoked_documents,
+    version_namespaces,
+)
 
 _KEY = re.compile(r"^(?P<dataset>[a-z0-9][a-z0-9_.-]*)@v(?P<n>[1-9][0-9]*)$")
 DATASET_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 DOCUMENT_TABLES = pipeline.STAGE_NAMES
-
-# Documents a version leaves out of the snapshots it tags (a revocation's replacement version).
-VERSION_EXCLUSIONS = pa.schema(
-    [
-        pa.field("version_key", pa.string(), nullable=False),
-        pa.field("doc_id", pa.string(), nullable=False),
-        pa.field("revocation_id", pa.string(), nullable=False),
-    ]
-)
-# The data namespaces of a version's batches (`fm land --namespace`): what a trainer may read.
-VERSION_NAMESPACES = pa.schema(
-    [
-        pa.field("version_key", pa.string(), nullable=False),
-        pa.field("namespace", pa.string(), nullable=False),
-    ]
-)
-declare(
-    TableSpec("version_exclusions", VERSION_EXCLUSIONS, ("version_key",)),
-    TableSpec("version_namespaces", VERSION_NAMESPACES, ("version_key",)),
-)
 
 
 @dataclass(frozen=True)
@@ -164,33 +150,6 @@ def choose_batches(settings: Settings, version_key: str, batches: list[str] | No
     return chosen
 
 
-def batch_namespaces(settings: Settings, batches: Iterable[str]) -> list[str]:
-    """The data namespaces of the batches' final documents (as landed), sorted."""
-    rows = catalog.read_table(
-        settings,
-        pipeline.STAGE_NAMES[-1],
-        catalog.where_in("batch_id", sorted(set(batches))),
-        columns=("namespace",),
-    )
-    return sorted(set(rows.column("namespace").to_pylist()))
-
-
-def record_namespaces(settings: Settings, version_key: str, namespaces: list[str]) -> None:
-    """Record the namespaces a version holds (before its row: readers trust the row)."""
-    rows = pa.table({"version_key": [version_key] * len(namespaces), "namespace": namespaces})
-    catalog.replace_rows(
-        settings, "version_namespaces", rows, catalog.where_equal("version_key", version_key)
-    )
-
-
-def version_namespaces(settings: Settings, version_key: str) -> list[str]:
-    """The namespaces a version holds, sorted ([] for a version cut before they were recorded)."""
-    rows = catalog.read_table(
-        settings, "version_namespaces", catalog.where_equal("version_key", version_key)
-    )
-    return sorted(set(rows.column("namespace").to_pylist()))
-
-
 def namespaces_of(settings: Settings, version: DatasetVersion) -> list[str]:
     """The namespaces a version holds: as recorded, or (cut before they were) its batches'."""
     return version_namespaces(settings, version.version_key) or batch_namespaces(
@@ -292,32 +251,6 @@ def create_version(
     return version, True
 
 
-def revoked_documents(docs: pa.Table, revocations: list[RevocationRecord]) -> dict[str, str]:
-    """doc_id -> the first revocation matching it, over `docs` holding the provenance columns."""
-    revoked: dict[str, str] = {}
-    for revocation in revocations:
-        hit = docs.filter(revoked_mask(docs, [revocation])).column("doc_id").to_pylist()
-        for doc_id in hit:
-            revoked.setdefault(doc_id, revocation.revocation_id)
-    return revoked
-
-
-def exclude_documents(settings: Settings, version_key: str, excluded: dict[str, str]) -> None:
-    """Record the documents (doc_id -> revocation id) a version leaves out of its snapshots."""
-    if not excluded:
-        return
-    rows = pa.table(
-        {
-            "version_key": [version_key] * len(excluded),
-            "doc_id": list(excluded),
-            "revocation_id": list(excluded.values()),
-        }
-    )
-    catalog.replace_rows(
-        settings, "version_exclusions", rows, catalog.where_equal("version_key", version_key)
-    )
-
-
 def register_version(settings: Settings, version: DatasetVersion, run_id: str | None) -> None:
     """Tag the version's snapshots with its key and append its `dataset_versions` row.
 
@@ -367,14 +300,3 @@ def version_documents(
         return rows
     kept = rows.filter(pc.invert(pc.is_in(rows.column("doc_id"), pa.array(sorted(excluded)))))
     return kept if columns is None else kept.select(list(columns))
-
-
-def excluded_documents(settings: Settings, version_key: str) -> set[str]:
-    """Doc ids a version leaves out of the snapshots it tags (empty for an ordinary version)."""
-    rows = catalog.read_table(
-        settings,
-        "version_exclusions",
-        row_filter=catalog.where_equal("version_key", version_key),
-        columns=("doc_id",),
-    )
-    return set(rows.column("doc_id").to_pylist())

@@ -24,14 +24,16 @@ from fm_assets.storage.revocations import RevocationRecord, revoked_mask
 from fm_assets.storage.tables import TableSpec, declare
 from fm_assets.versions.dataset_version import (
     DatasetVersion,
-    exclude_documents,
-    excluded_documents,
     namespaces_of,
     next_version_key,
     parse_version_key,
-    record_namespaces,
     register_version,
     version_documents,
+)
+from fm_assets.versions.membership import (
+    exclude_documents,
+    excluded_documents,
+    record_namespaces,
 )
 
 VERSION_REVOCATIONS = pa.schema(
