@@ -15,12 +15,14 @@ import pyarrow as pa
 
 from fm_assets.execution.compute import Progress
 from fm_assets.settings import Settings
+from fm_assets.shards.build import read_shard_set_row, shard_set_key
 from fm_assets.shards.revision import rebuild_without
 from fm_assets.storage import catalog
 from fm_assets.storage.revocations import RevocationRecord, record_revocation
 from fm_assets.storage.tables import TableSpec, declare
-from fm_assets.versions.dataset_version import require_version
-from fm_assets.versions.revocation import VersionRevocation, revoke_versions
+from fm_assets.versions.dataset_version import DatasetVersion, require_version
+from fm_assets.versions.membership import excluded_documents
+from fm_assets.versions.revocation import VersionRevocation, replacement_of, revoke_versions
 from fm_loader.provenance import (
     PROVENANCE_FORMAT_VERSION,
     Revocation,
@@ -82,9 +84,7 @@ def revoke(
     report.versions = revoke_versions(settings, revocation)
     now = dt.datetime.now(dt.UTC)
     for outcome in report.versions:
-        replacement = (
-            require_version(settings, outcome.replacement) if outcome.replacement else None
-        )
+        replacement = _replacement_to_build(settings, outcome)
         progress(
             f"{outcome.version_key}: {len(outcome.removed)} documents revoked; "
             f"replacement {outcome.replacement or 'none'}"
@@ -94,10 +94,15 @@ def revoke(
             new_key: str | None = None
             cost = {"bytes_rewritten": 0, "bytes_total": 0, "shards_rewritten": 0}
             shards_total = 0
-            if replacement is not None:
-                rebuilt = rebuild_without(
-                    settings, row, replacement, set(outcome.removed), progress
+            if (
+                replacement is not None
+                and read_shard_set_row(
+                    settings, shard_set_key(replacement.version_key, str(row["shard_config"]))
                 )
+                is None
+            ):
+                removed = excluded_documents(settings, replacement.version_key)
+                rebuilt = rebuild_without(settings, row, replacement, removed, progress)
                 new_key = rebuilt.shard_set_key
                 cost = {
                     "bytes_rewritten": rebuilt.bytes_rewritten,
@@ -131,6 +136,16 @@ def revoke(
             settings, "shard_set_revocations", pa.Table.from_pylist(report.shard_sets)
         )
     return report
+
+
+def _replacement_to_build(settings: Settings, outcome: VersionRevocation) -> DatasetVersion | None:
+    """The version whose shard sets this revocation must build for `outcome`'s version: its new
+    replacement, or, when an earlier run was interrupted before building them, the earlier one."""
+    key = outcome.replacement
+    if key is None:
+        first = replacement_of(settings, outcome.version_key)
+        key = str(first["replacement"]) if first and first["replacement"] else None
+    return require_version(settings, key) if key else None
 
 
 def _unmarked(settings: Settings, row: dict[str, Any]) -> bool:

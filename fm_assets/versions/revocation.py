@@ -128,23 +128,18 @@ def revoke_versions(settings: Settings, revocation: RevocationRecord) -> list[Ve
             version.num_documents
         ):
             replacement = cut_replacement(settings, version, removed, tokens).version_key
-        outcomes.append(
-            VersionRevocation(
-                revocation.revocation_id, version.version_key, replacement, tuple(removed), tokens
-            )
+        outcome = VersionRevocation(
+            revocation.revocation_id, version.version_key, replacement, tuple(removed), tokens
         )
-    if outcomes:
-        now = dt.datetime.now(dt.UTC)
-        rows = [
-            {
-                "revocation_id": o.revocation_id,
-                "version_key": o.version_key,
-                "replacement": o.replacement,
-                "documents_removed": len(o.removed),
-                "tokens_removed": o.tokens_removed,
-                "revoked_at": now,
-            }
-            for o in outcomes
-        ]
-        catalog.append_rows(settings, "version_revocations", pa.Table.from_pylist(rows))
+        # Right after the cut: a rerun after a crash sees the version replaced, not cuts again.
+        row = {
+            "revocation_id": outcome.revocation_id,
+            "version_key": outcome.version_key,
+            "replacement": outcome.replacement,
+            "documents_removed": len(outcome.removed),
+            "tokens_removed": outcome.tokens_removed,
+            "revoked_at": dt.datetime.now(dt.UTC),
+        }
+        catalog.append_rows(settings, "version_revocations", pa.Table.from_pylist([row]))
+        outcomes.append(outcome)
     return outcomes
