@@ -270,6 +270,11 @@ def test_revocation_end_to_end(built: Built, tmp_path: Path) -> None:
         version_documents(s, v4, "tokenized_documents", ("doc_id",)).column("doc_id").to_pylist()
     )
     assert v4_docs == v3_docs
+    # Forward lineage also names versions without a shard set; the revoked doc is in none after v1.
+    kept = sorted(v4_docs)[0]
+    unsharded = [p for p in _json_lines(_cli("lineage", "doc", kept)) if p["shard_set"] is None]
+    assert [p["version"] for p in unsharded] == ["web@v4"]
+    assert {p["version"] for p in _json_lines(_cli("lineage", "doc", revoked))} == {"web@v1"}
     recorded = _json_lines(_cli("lineage", "revocations"))
     assert [(r["criterion"], r["reason"]) for r in recorded] == [
         ("doc", "licensor asked"),

@@ -18,6 +18,8 @@ from fm_assets.shards.lineage import sample_segments, samples_holding
 from fm_assets.storage import bookkeeping, catalog
 from fm_assets.storage.schemas import PROVENANCE_FIELDS
 from fm_assets.versions.dataset_version import DatasetVersion, require_version
+from fm_assets.versions.membership import excluded_documents
+from fm_assets.versions.revocation import all_versions
 from fm_loader.provenance import read_revocation, read_run_record, read_run_records
 
 _PROVENANCE = tuple(f.name for f in PROVENANCE_FIELDS)
@@ -128,14 +130,40 @@ def document_ids(settings: Settings, ref: str) -> list[str]:
     return sorted({ref, *found.column("doc_id").to_pylist()})
 
 
-def places_of_document(settings: Settings, ref: str) -> list[dict[str, Any]]:
-    """One dict per (shard set, sample) holding the document, with the runs that read the set."""
-    rows = samples_holding(settings, document_ids(settings, ref))
-    if not rows:
-        raise ValueError(
-            f"no shard set holds document {ref}; check the id (a doc id or raw sha256) and "
-            "that a shard set was built from a version holding it"
+def versions_holding(settings: Settings, doc_ids: list[str]) -> list[str]:
+    """Every version whose documents (at its tagged snapshot, less its exclusions) include one
+    of `doc_ids`: only versions over a batch the documents were landed in are read."""
+    final = pipeline.STAGE_NAMES[-1]
+    landed = catalog.read_table(
+        settings, final, catalog.where_in("doc_id", doc_ids), columns=("batch_id",)
+    )
+    batches = set(landed.column("batch_id").to_pylist())
+    held = []
+    for version in all_versions(settings):
+        if not batches & set(version.batches) or final not in version.snapshot_ids:
+            continue
+        rows = catalog.read_table(
+            settings,
+            final,
+            catalog.where_all(
+                catalog.where_in("batch_id", sorted(batches & set(version.batches))),
+                catalog.where_in("doc_id", doc_ids),
+            ),
+            snapshot_id=version.snapshot_ids[final],
+            columns=("doc_id",),
         )
+        if set(rows.column("doc_id").to_pylist()) - excluded_documents(
+            settings, version.version_key
+        ):
+            held.append(version.version_key)
+    return held
+
+
+def places_of_document(settings: Settings, ref: str) -> list[dict[str, Any]]:
+    """One dict per (shard set, sample) holding the document, with the runs that read the set,
+    then one per version holding it that no shard set of it does (shard_set and sample null)."""
+    doc_ids = document_ids(settings, ref)
+    rows = samples_holding(settings, doc_ids)
     sets = _shard_set_rows(settings)
     runs: dict[str, list[str]] = {}
     revoked: dict[str, str | None] = {}
@@ -144,7 +172,7 @@ def places_of_document(settings: Settings, ref: str) -> list[dict[str, Any]]:
         runs[key] = [r.run_id for r in read_run_records(uri, settings.s3_endpoint)]
         marker = read_revocation(uri, settings.s3_endpoint)
         revoked[key] = marker.revocation_id if marker else None
-    return [
+    places: list[dict[str, Any]] = [
         {
             "doc_id": r["doc_id"],
             "version": sets[r["shard_set_key"]]["version_key"],
@@ -157,6 +185,18 @@ def places_of_document(settings: Settings, ref: str) -> list[dict[str, Any]]:
         }
         for r in rows
     ]
+    in_sets = {p["version"] for p in places}
+    for version_key in versions_holding(settings, doc_ids):
+        if version_key not in in_sets:
+            places.append(
+                {"doc_id": ref, "version": version_key, "shard_set": None, "sample": None}
+            )
+    if not places:
+        raise ValueError(
+            f"no dataset version holds document {ref}; check the id (a doc id or raw sha256): "
+            "it may have been dropped by a stage (see the quarantine table) or never landed"
+        )
+    return places
 
 
 def describe_run(settings: Settings, run_id: str) -> list[dict[str, Any]]:
