@@ -139,22 +139,25 @@ def versions_holding(settings: Settings, doc_ids: list[str]) -> list[str]:
     )
     batches = set(landed.column("batch_id").to_pylist())
     held = []
+    # Versions cut by revocations share their base's snapshot: read each (snapshot, batches) once.
+    found: dict[tuple[int, tuple[str, ...]], set[str]] = {}
     for version in all_versions(settings):
         if not batches & set(version.batches) or final not in version.snapshot_ids:
             continue
-        rows = catalog.read_table(
-            settings,
-            final,
-            catalog.where_all(
-                catalog.where_in("batch_id", sorted(batches & set(version.batches))),
-                catalog.where_in("doc_id", doc_ids),
-            ),
-            snapshot_id=version.snapshot_ids[final],
-            columns=("doc_id",),
-        )
-        if set(rows.column("doc_id").to_pylist()) - excluded_documents(
-            settings, version.version_key
-        ):
+        key = (version.snapshot_ids[final], tuple(sorted(batches & set(version.batches))))
+        if key not in found:
+            rows = catalog.read_table(
+                settings,
+                final,
+                catalog.where_all(
+                    catalog.where_in("batch_id", list(key[1])),
+                    catalog.where_in("doc_id", doc_ids),
+                ),
+                snapshot_id=key[0],
+                columns=("doc_id",),
+            )
+            found[key] = set(rows.column("doc_id").to_pylist())
+        if found[key] - excluded_documents(settings, version.version_key):
             held.append(version.version_key)
     return held
 

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
-from fm_assets.storage.revocations import RevocationRecord, revoked_mask
+from fm_assets.storage.revocations import RevocationRecord
 from fm_assets.storage.tables import TableSpec, declare
 from fm_assets.versions.dataset_version import (
     DatasetVersion,
@@ -28,7 +28,6 @@ from fm_assets.versions.dataset_version import (
     next_version_key,
     parse_version_key,
     register_version,
-    version_documents,
 )
 from fm_assets.versions.membership import (
     exclude_documents,
@@ -69,10 +68,25 @@ def all_versions(settings: Settings) -> list[DatasetVersion]:
 def revoked_in(
     settings: Settings, version: DatasetVersion, revocation: RevocationRecord
 ) -> pa.Table:
-    """(doc_id, num_tokens) of the version's documents the revocation matches."""
-    columns = tuple(dict.fromkeys(("doc_id", "num_tokens", revocation.column)))
-    docs = version_documents(settings, version, pipeline.STAGE_NAMES[-1], columns)
-    return docs.filter(revoked_mask(docs, [revocation])).select(["doc_id", "num_tokens"])
+    """(doc_id, num_tokens) of the version's documents the revocation matches: a scan pruned by
+    the revocation's column at the version's snapshot, less the version's exclusions."""
+    final = pipeline.STAGE_NAMES[-1]
+    if final not in version.snapshot_ids:
+        return catalog.table_schema(final).empty_table().select(["doc_id", "num_tokens"])
+    hits = catalog.read_table(
+        settings,
+        final,
+        catalog.where_all(
+            catalog.where_in("batch_id", list(version.batches)),
+            catalog.where_equal(revocation.column, revocation.value),
+        ),
+        snapshot_id=version.snapshot_ids[final],
+        columns=("doc_id", "num_tokens"),
+    )
+    excluded = excluded_documents(settings, version.version_key)
+    if not excluded or hits.num_rows == 0:
+        return hits
+    return hits.filter(pc.invert(pc.is_in(hits.column("doc_id"), pa.array(sorted(excluded)))))
 
 
 def replacement_of(settings: Settings, version_key: str) -> dict[str, object] | None:
