@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from fm_loader.blocks import Block, BlockError, RawBlock
 from fm_loader.manifest import ShardSetManifest
 from fm_loader.mixture import MixtureArg, MixtureSpec, ScheduleCursor
 from fm_loader.plan import SourceOrder, rank_positions, resolve_world, worker_serves
+from fm_loader.provenance import RunRegistry, check_run_id, refuse_namespaces, refuse_revoked
 from fm_loader.resolve import (
     ResolvedShardSet,
     check_compatible,
@@ -65,6 +66,8 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.shuffle_window, self.batch_size = shuffle_window, batch_size
         self.content_hashes = tuple(r.manifest_sha256 for r in resolved)
+        self._run: RunRegistry | None = None  # set by `record_run` on rank 0
+        self._locations = [_location(r) for r in resolved]
         self._shards = [ShardSet(r.directory, r.manifest, remote=r.remote) for r in resolved]
         sizes = [len(s) for s in self._shards]
         self._weights = spec.integer_weights(sizes)
@@ -227,7 +230,25 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
                 self._weights, self._start, self._start_counts
             )
         cursor.take(position - cursor.position)
+        if self._run is not None:
+            self._run.record(self.world_size, self.seed, self.epoch, position, cursor.counts)
         return self._state(position, cursor.counts).to_dict()
+
+    def record_run(self, run_id: str) -> None:
+        """Name the training run reading this dataset: rank 0 records it beside every shard set
+        now, and the position consumed at every `state_dict()` (checkpoint) after."""
+        if self.rank != 0:
+            return  # one writer per run: every rank knows the same global position
+        self._run = RunRegistry(
+            check_run_id(run_id),
+            [
+                (s.manifest, digest)
+                for s, digest in zip(self._shards, self.content_hashes, strict=True)
+            ],
+            self._locations,
+            self.spec.keys,
+        )
+        self._run.record(self.world_size, self.seed, self.epoch, self._start, self._start_counts)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at a checkpointed global position, with any world size and worker count.
@@ -272,6 +293,14 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
         )
 
 
+def _location(resolved: ResolvedShardSet) -> tuple[str, str | None]:
+    """Where a shard set is published (its remote URI when served from the cache) and the S3
+    endpoint reaching it."""
+    if resolved.remote is not None:
+        return resolved.remote.uri, resolved.remote.s3_endpoint
+    return str(resolved.directory), None
+
+
 def _check_same_layout(resolved: Sequence[ResolvedShardSet]) -> None:
     """Mixed sources must share tokenizer, seq_len and schema: samples are stacked together."""
     first = resolved[0].manifest
@@ -302,6 +331,9 @@ def make_dataset(
     expected_schema_fingerprint: str | None = None,
     settings: CatalogLocation | None = None,
     cache_dir: str | Path | None = None,
+    run_id: str | None = None,
+    allow_revoked: bool = False,
+    namespaces: Collection[str] | None = None,
 ) -> FmDataset:
     """Open a shard set, or a mixture of them, for training and check it before the first step.
 
@@ -317,6 +349,12 @@ def make_dataset(
     a directory named by their manifest's sha256. Raises ValueError, saying what to do, on an
     unknown or ambiguous version, a tokenizer or schema mismatch, an unknown manifest format, a
     remote set that fails its checksums, or sources that cannot be mixed.
+
+    A shard set the platform revoked (`fm revoke`) raises, naming the reason and its replacement,
+    unless `allow_revoked=True` (audits). `run_id` names the training run: rank 0 records it beside
+    each shard set, with the position consumed at every `state_dict()`, for `fm lineage run`.
+    `namespaces` (e.g. {"cloud"}): the data namespaces this job may read; a source holding any
+    other raises, naming it.
     """
     spec = MixtureSpec.parse(source)
     rank, world_size = resolve_world(rank, world_size)
@@ -337,8 +375,13 @@ def make_dataset(
             expected_tokenizer_hash=expected_tokenizer_hash,
             expected_schema_fingerprint=expected_schema_fingerprint,
         )
+        location, endpoint = _location(one)
+        if not allow_revoked:
+            refuse_revoked(key, one.manifest.shard_set_key, location, endpoint)
+        if namespaces is not None:
+            refuse_namespaces(key, location, namespaces, endpoint)
         resolved.append(one)
-    return FmDataset(
+    dataset = FmDataset(
         resolved,
         spec,
         rank=rank,
@@ -348,3 +391,6 @@ def make_dataset(
         shuffle_window=shuffle_window,
         batch_size=batch_size,
     )
+    if run_id is not None:
+        dataset.record_run(run_id)
+    return dataset

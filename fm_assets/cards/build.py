@@ -10,7 +10,7 @@ import dataclasses
 import json
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,8 +38,10 @@ def build_card(
     settings: Settings,
     version: DatasetVersion,
     contamination: Mapping[str, object] | None = None,
+    revocations: Sequence[Mapping[str, object]] = (),
 ) -> DatasetCard:
-    """Build the card of `version`; `contamination` (flagged benchmarks, items) adds a section."""
+    """Build the card of `version`; `contamination` (flagged benchmarks, items) adds a section,
+    and so do `revocations` (what a revocation removed to cut this version)."""
     data = read_card_data(settings, version)
     flagged = (
         None
@@ -47,12 +49,31 @@ def build_card(
         else json.loads(json.dumps(dict(contamination), sort_keys=True, default=str))
     )
     plots = card_plots(data)
-    return DatasetCard(
-        version_key=version.version_key,
-        markdown=render_markdown(version, data, flagged),
-        plots=plots,
-        summary=_summary(version, data, flagged, sorted(plots)),
-    )
+    summary = _summary(version, data, flagged, sorted(plots))
+    markdown = render_markdown(version, data, flagged)
+    if revocations:
+        listed = [json.loads(json.dumps(dict(r), default=str)) for r in revocations]
+        summary["revocations"] = listed
+        markdown += _revocation_section(listed)
+    return DatasetCard(version.version_key, markdown, plots, summary)
+
+
+def _revocation_section(revocations: list[dict[str, object]]) -> str:
+    lines = ["", "## Revocations", ""]
+    lines += ["| Revocation | Named | Replaces | Documents removed | Reason | By | At |"]
+    lines += ["|---|---|---|---|---|---|---|"]
+    for r in revocations:
+        cells = [
+            r["revocation_id"],
+            f"{r['criterion']} `{r['value']}`",
+            r["replaces"],
+            r["documents_removed"],
+            r["reason"],
+            r["revoked_by"],
+            r["revoked_at"],
+        ]
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def write_card(card: DatasetCard, directory: Path) -> list[Path]:

@@ -20,6 +20,7 @@ from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.versions.dataset_version import DOCUMENT_TABLES, DatasetVersion
+from fm_assets.versions.membership import excluded_documents
 
 EXACT_DEDUP = ("raw_documents", "exact_duplicate")  # (stage, quarantine rule)
 NEAR_DEDUP = ("near_deduplicated_documents", "near_duplicate")
@@ -130,6 +131,9 @@ def _read(
 def _final_documents(settings: Settings, version: DatasetVersion) -> pa.Table:
     """doc_id, batch_id, source, num_tokens and language of every document of the version."""
     docs = _read(settings, version, FINAL_STAGE, ("doc_id", "batch_id", "source", "num_tokens"))
+    excluded = excluded_documents(settings, version.version_key)
+    if excluded:  # a revocation's replacement version: its snapshots hold what it left out
+        docs = docs.filter(pc.invert(pc.is_in(docs.column("doc_id"), pa.array(sorted(excluded)))))
     languages = _read(
         settings, version, "language_tagged_documents", ("doc_id", "batch_id", "language")
     )

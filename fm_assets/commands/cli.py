@@ -17,7 +17,9 @@ from typing import Any
 
 import click
 
+from fm_assets.commands.approval import approve
 from fm_assets.commands.dev import dev
+from fm_assets.commands.lineage import lineage, revoke
 from fm_assets.settings import load_settings
 
 
@@ -353,6 +355,9 @@ def demo(
 
 
 main.add_command(dev)
+main.add_command(lineage)
+main.add_command(revoke)
+main.add_command(approve)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from fm_assets.registries.classifiers import register_classifier
 from fm_assets.registries.tokenizers import resolve_tokenizer
 from fm_assets.settings import Settings
 from fm_assets.shards.build import shard_config_key, shard_set_key
+from fm_assets.storage.approvals import AwaitingApproval, approval_gate, decisions
 from fm_assets.storage.landing import BatchManifest, land_files
 from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions.dataset_version import choose_batches, next_version_key, require_version
@@ -68,6 +69,15 @@ def run_batch(
     """
     if check_preconditions:
         check_run_preconditions(settings, batch_id)
+    gate = approval_gate(settings, batch_id)
+    if gate is not None:
+        if decisions(settings, batch_id):  # the latest decision was a rejection
+            raise ValueError(gate)
+        # Validation only; the curation stages wait for `fm approve`.
+        add_partitions(settings, landing_batches, [batch_id])
+        keys = [k.to_user_string() for k in BATCH_ASSET_KEYS[:2]]
+        materialize(settings, keys, batch_id, log, tags={BATCH_TAG: batch_id})
+        raise AwaitingApproval(gate)
     if batch_up_to_date(settings, batch_id):
         # Nothing would run and every check passed on the data as it stands: no Dagster run.
         log(f"batch {batch_id}: every stage up to date and every check passed; nothing to do")

@@ -15,6 +15,7 @@ from fm_assets.defs.progress import progress_logger
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.execution import pipeline
 from fm_assets.execution.runner import run_stage
+from fm_assets.storage.approvals import approval_gate
 
 
 def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.AssetsDefinition:
@@ -33,6 +34,11 @@ def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.A
     def _stage_asset(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
         settings = fm.settings()
         batch_id = context.partition_key
+        if entry.name != pipeline.STAGE_NAMES[0]:
+            # A quarantined batch stops after validation until `fm approve` (or forever).
+            waiting = approval_gate(settings, batch_id)
+            if waiting is not None:
+                raise dg.Failure(description=waiting)
         report = run_stage(
             settings,
             entry.name,

@@ -31,6 +31,7 @@ from fm_assets.execution import pipeline
 from fm_assets.execution.compute import Progress, ensure_ray, process_on_ray, ray_cpus, split_rows
 from fm_assets.registries.tokenizers import TokenizerInfo
 from fm_assets.settings import PIPELINE_VERSION, Settings
+from fm_assets.shards.lineage import record_lineage
 from fm_assets.shards.packing import PackedSequence, pack_documents, packing_efficiency
 from fm_assets.shards.writer import ShardSetHeader, write_shard_set
 from fm_assets.stages.tokenize import TokenizeStage, eos_token_id, load_tokenizer
@@ -38,11 +39,14 @@ from fm_assets.storage import catalog
 from fm_assets.storage.objectstore import ObjectStore, open_object_store
 from fm_assets.versions.dataset_version import (
     DatasetVersion,
+    namespaces_of,
     parse_version_key,
     require_version,
     version_documents,
 )
+from fm_assets.versions.revocation import replacement_of
 from fm_loader.manifest import MANIFEST_NAME, ShardSetManifest
+from fm_loader.provenance import NAMESPACES_NAME, namespaces_json
 
 _CONFIG = re.compile(r"^(?P<tok>[0-9a-f]{12})-s(?P<seq>[1-9][0-9]*)$")
 PAD_CANDIDATES = ("<|padding|>", "<pad>", "[PAD]")
@@ -92,7 +96,7 @@ def _pad_id(tokenizer: object) -> int:
     return 0 if eos is None else eos
 
 
-def _version_tokens(
+def version_tokens(
     settings: Settings, version: DatasetVersion, tokenizer: TokenizerInfo, progress: Progress
 ) -> pa.Table:
     """(doc_id, tokens) of the version under `tokenizer`: stored tokens, or tokenized now on Ray."""
@@ -110,9 +114,10 @@ def _version_tokens(
     return result.kept.select(["doc_id", "tokens"])
 
 
-def _sequences_with_tokens(
+def sequences_with_tokens(
     sequences: list[PackedSequence], docs: pa.Table
 ) -> Iterator[tuple[PackedSequence, np.ndarray[Any, Any]]]:
+    """Each sequence with its tokens, sliced from `docs` (doc_id, tokens) as its segments name."""
     tokens = docs.column("tokens").combine_chunks()
     flat = tokens.values.to_numpy(zero_copy_only=False)
     offsets = tokens.offsets.to_numpy()
@@ -141,10 +146,23 @@ def build_shard_set(
     *,
     run_id: str | None = None,
     progress: Progress = lambda message: None,
+    shard_size_bytes: int = 64 << 20,
 ) -> ShardSetBuild:
-    """Pack a version with `tokenizer` into `seq_len` sequences; write and register the shards."""
+    """Pack a version with `tokenizer` into `seq_len` sequences; write and register the shards
+    (each shard file at most about `shard_size_bytes`)."""
 
     version = require_version(settings, version_key)
+    revoked = replacement_of(settings, version_key)
+    if revoked is not None:
+        instead = (
+            f"build {revoked['replacement']} instead"
+            if revoked["replacement"]
+            else ("every document of it was revoked")
+        )
+        raise ValueError(
+            f"{version_key} is revoked ({revoked['revocation_id']}): no new shard set is built "
+            f"from it; {instead}"
+        )
     config = shard_config_key(tokenizer.tokenizer_hash, seq_len)
     key = shard_set_key(version_key, config)
     store = open_object_store(settings)
@@ -158,7 +176,7 @@ def build_shard_set(
             docs_tokens = int(existing["num_tokens"])
             return ShardSetBuild(manifest, store.uri(prefix), docs_tokens, created=False)
 
-    docs = _version_tokens(settings, version, tokenizer, progress)
+    docs = version_tokens(settings, version, tokenizer, progress)
     docs = docs.take(pc.sort_indices(docs, sort_keys=[("doc_id", "ascending")]))
     lengths = pc.list_value_length(docs.column("tokens")).to_numpy(zero_copy_only=False)
     documents_tokens = int(lengths.sum())
@@ -185,23 +203,50 @@ def build_shard_set(
         pipeline_version=PIPELINE_VERSION,
     )
 
-    def write(out_dir: str) -> ShardSetManifest:
+    namespaces = namespaces_of(settings, version)
 
-        return write_shard_set(
-            _sequences_with_tokens(sequences, docs),
+    def write(out_dir: str) -> ShardSetManifest:
+        written = write_shard_set(
+            sequences_with_tokens(sequences, docs),
             out_dir,
             seq_len=seq_len,
             vocab_size=tokenizer.vocab_size,
             pad_token_id=_pad_id(tok),
             header=header,
+            size_limit_bytes=shard_size_bytes,
         )
+        # What make_dataset(namespaces=...) checks; on S3 it is uploaded before the manifest.
+        (Path(out_dir) / NAMESPACES_NAME).write_text(namespaces_json(namespaces))
+        return written
 
     manifest = _write_and_publish(store, prefix, write, progress)
+    # Before the set's row: a registered set always has its lineage.
+    record_lineage(settings, key, sequences)
+    register_shard_set(
+        settings, store, key, version_key, tokenizer.tokenizer_hash, seq_len, manifest, run_id
+    )
+    return ShardSetBuild(manifest, store.uri(prefix), documents_tokens, created=True)
+
+
+def register_shard_set(
+    settings: Settings,
+    store: ObjectStore,
+    key: str,
+    version_key: str,
+    tokenizer_hash: str,
+    seq_len: int,
+    manifest: ShardSetManifest,
+    run_id: str | None,
+) -> None:
+    """Append the published set's `shard_sets` row: what `make_dataset` resolves."""
+    config = shard_config_key(tokenizer_hash, seq_len)
+    prefix = shard_set_prefix(version_key, config)
+    manifest_key = f"{prefix}/{MANIFEST_NAME}"
     row = {
         "shard_set_key": key,
         "version_key": version_key,
         "shard_config": config,
-        "tokenizer_hash": tokenizer.tokenizer_hash,
+        "tokenizer_hash": tokenizer_hash,
         "seq_len": seq_len,
         "uri": store.uri(prefix),
         # Hash what readers will fetch, not what we meant to publish.
@@ -212,7 +257,6 @@ def build_shard_set(
         "created_at": dt.datetime.now(dt.UTC),
     }
     catalog.append_rows(settings, "shard_sets", pa.Table.from_pylist([row]))
-    return ShardSetBuild(manifest, store.uri(prefix), documents_tokens, created=True)
 
 
 def _write_and_publish(

@@ -1,7 +1,10 @@
 """Dataset versions: immutable `<dataset>@v<N>` cuts over the curated tables.
 
 A version is a row in `dataset_versions` plus an Iceberg tag of the same name on every document
-table, so its documents can be read back exactly as they were, whatever later runs commit.
+table, so its documents can be read back exactly as they were, whatever later runs commit. A
+version cut by a revocation shares its base's snapshots and lists the documents it leaves out in
+`version_exclusions`; every read of a version's documents goes through `version_documents`, which
+drops them.
 """
 
 from __future__ import annotations
@@ -17,12 +20,22 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fm_assets.curation.namespaces import load_namespace_policy
 from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.bookkeeping import latest_check_results, latest_stage_run
 from fm_assets.storage.landing import published_log
 from fm_assets.storage.objectstore import open_object_store
+from fm_assets.storage.revocations import read_revocations
+from fm_assets.versions.membership import (
+    batch_namespaces,
+    exclude_documents,
+    excluded_documents,
+    record_namespaces,
+    revoked_documents,
+    version_namespaces,
+)
 
 _KEY = re.compile(r"^(?P<dataset>[a-z0-9][a-z0-9_.-]*)@v(?P<n>[1-9][0-9]*)$")
 DATASET_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -128,12 +141,20 @@ def choose_batches(settings: Settings, version_key: str, batches: list[str] | No
         raise ValueError(
             f"batches {', '.join(missing)} have not run {final}; run `fm run --batch ID` first"
         )
+    load_namespace_policy(settings).refuse_mix(batch_namespaces(settings, chosen), version_key)
     if sum(int(run["records_kept"]) for run in runs.values() if run) == 0:
         raise ValueError(
             f"{version_key} would hold no documents: {drop_summary(settings, chosen)}; "
             "land more data, or change the dataset's policy (FM_POLICY_FILE) and rerun"
         )
     return chosen
+
+
+def namespaces_of(settings: Settings, version: DatasetVersion) -> list[str]:
+    """The namespaces a version holds: as recorded, or (cut before they were) its batches'."""
+    return version_namespaces(settings, version.version_key) or batch_namespaces(
+        settings, version.batches
+    )
 
 
 def drop_summary(settings: Settings, batches: list[str]) -> str:
@@ -192,8 +213,17 @@ def create_version(
         final_stage,
         row_filter=catalog.where_in("batch_id", chosen),
         snapshot_id=snapshot_ids[final_stage],
-        columns=("doc_id", "num_tokens", "tokenizer_hash"),
+        columns=("doc_id", "num_tokens", "tokenizer_hash", "source", "license", "batch_id"),
     )
+    # What a recorded revocation names stays out of every later version too.
+    excluded = revoked_documents(docs, read_revocations(settings))
+    if excluded:
+        docs = docs.filter(pc.invert(pc.is_in(docs.column("doc_id"), pa.array(sorted(excluded)))))
+        if docs.num_rows == 0:
+            raise ValueError(
+                f"{version_key} would hold no documents: every document of batches "
+                f"{', '.join(chosen)} is revoked (see `fm lineage revocations`); land other data"
+            )
     tokenizers = pc.unique(docs.column("tokenizer_hash")).to_pylist()
     if len(tokenizers) > 1:
         raise ValueError(
@@ -202,15 +232,6 @@ def create_version(
         )
     doc_ids = sorted(docs.column("doc_id").to_pylist())
     content_hash = hashlib.sha256("\n".join([*sorted(stage_keys), *doc_ids]).encode()).hexdigest()
-
-    for table_name, snapshot_id in snapshot_ids.items():
-        if snapshot_id is not None:
-            table = catalog.load_table(settings, table_name)
-            manage = table.manage_snapshots()
-            if version_key in table.metadata.refs:
-                # Left by an attempt that crashed before writing the version row.
-                manage = manage.remove_tag(version_key)
-            manage.create_tag(snapshot_id, version_key).commit()
 
     version = DatasetVersion(
         version_key=version_key,
@@ -224,32 +245,58 @@ def create_version(
         num_tokens=int(pc.sum(docs.column("num_tokens")).as_py() or 0),
         content_hash=content_hash,
     )
+    exclude_documents(settings, version_key, excluded)
+    record_namespaces(settings, version_key, batch_namespaces(settings, chosen))
+    register_version(settings, version, run_id)
+    return version, True
+
+
+def register_version(settings: Settings, version: DatasetVersion, run_id: str | None) -> None:
+    """Tag the version's snapshots with its key and append its `dataset_versions` row.
+
+    The row goes last: a crash before it leaves tags that the next attempt replaces.
+    """
+    for table_name, snapshot_id in version.snapshot_ids.items():
+        table = catalog.load_table(settings, table_name)
+        manage = table.manage_snapshots()
+        if version.version_key in table.metadata.refs:
+            # Left by an attempt that crashed before writing the version row.
+            manage = manage.remove_tag(version.version_key)
+        manage.create_tag(snapshot_id, version.version_key).commit()
     row = {
         "version_key": version.version_key,
-        "dataset": dataset,
-        "version": number,
+        "dataset": version.dataset,
+        "version": version.version,
         "batches": list(version.batches),
         "snapshot_ids": json.dumps(version.snapshot_ids, sort_keys=True),
-        "code_versions": json.dumps(code_versions, sort_keys=True),
+        "code_versions": json.dumps(version.code_versions, sort_keys=True),
         "tokenizer_hash": version.tokenizer_hash,
         "num_documents": version.num_documents,
         "num_tokens": version.num_tokens,
-        "content_hash": content_hash,
+        "content_hash": version.content_hash,
         "run_id": run_id,
         "created_at": dt.datetime.now(dt.UTC),
     }
     catalog.append_rows(settings, "dataset_versions", pa.Table.from_pylist([row]))
-    return version, True
 
 
 def version_documents(
     settings: Settings, version: DatasetVersion, table: str, columns: tuple[str, ...] | None = None
 ) -> pa.Table:
-    """The version's rows of a document table, read at the version's tagged snapshot."""
-    return catalog.read_table(
+    """The version's rows of a document table, read at the version's tagged snapshot, less the
+    documents it excludes."""
+    excluded = excluded_documents(settings, version.version_key)
+    wanted = columns
+    if excluded and columns is not None and "doc_id" not in columns:
+        wanted = (*columns, "doc_id")
+    rows = catalog.read_table(
         settings,
         table,
         row_filter=catalog.where_in("batch_id", list(version.batches)),
         snapshot_id=version.snapshot_ids[table],
-        columns=columns,
+        columns=wanted,
     )
+    if not excluded:
+        return rows
+    kept = rows.filter(pc.invert(pc.is_in(rows.column("doc_id"), pa.array(sorted(excluded)))))
+    return kept if columns is None else kept.select(list(columns))

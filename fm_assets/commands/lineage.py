@@ -1,0 +1,149 @@
+"""`fm lineage` (where a token came from, where a document went, what a run read) and `fm revoke`.
+
+Lineage subcommands print one JSON object per line on stdout; progress goes to stderr. Platform
+modules are imported inside each command: `fm --help` must stay fast.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from fm_assets.settings import load_settings
+
+if TYPE_CHECKING:
+    from fm_assets.settings import Settings
+    from fm_assets.shards.revoke import RevocationReport
+
+
+def _echo(message: str) -> None:
+    click.echo(f"[fm {dt.datetime.now():%H:%M:%S}] {message}", err=True)
+
+
+def _print(rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        click.echo(json.dumps(row, sort_keys=True, default=str))
+
+
+@click.group()
+def lineage() -> None:
+    """Provenance: samples back to raw records, documents forward to samples and runs."""
+
+
+@lineage.command("sample")
+@click.argument("shard_set_key")
+@click.argument("index", type=click.IntRange(min=0))
+def lineage_sample(shard_set_key: str, index: int) -> None:
+    """The documents in sample INDEX of SHARD_SET_KEY: spans, raw record, source, stage versions."""
+    from fm_assets.shards.trace import describe_sample
+
+    _print(describe_sample(load_settings(), shard_set_key, index))
+
+
+@lineage.command("doc")
+@click.argument("doc_id")
+def lineage_doc(doc_id: str) -> None:
+    """Every version, shard set and sample holding DOC_ID (or a raw sha256), and the runs that
+    read those shard sets."""
+    from fm_assets.shards.trace import places_of_document
+
+    _print(places_of_document(load_settings(), doc_id))
+
+
+@lineage.command("run")
+@click.argument("run_id")
+def lineage_run(run_id: str) -> None:
+    """The versions, shard sets, Iceberg snapshots and positions training run RUN_ID read."""
+    from fm_assets.shards.trace import describe_run
+
+    _print(describe_run(load_settings(), run_id))
+
+
+@lineage.command("revocations")
+def lineage_revocations() -> None:
+    """Every recorded revocation: who, when, why, and what it named."""
+    from fm_assets.storage.revocations import read_revocations
+
+    _print([vars(r) for r in read_revocations(load_settings())])
+
+
+def _write_cards(settings: Settings, report: RevocationReport) -> None:
+    """Each replacement version's dataset card, with its revocation section, where the version's
+    and its shard sets' cards live."""
+    from fm_assets.cards.build import build_card, write_card_to_store
+    from fm_assets.shards.build import parse_shard_config, shard_set_prefix
+    from fm_assets.storage.objectstore import open_object_store
+    from fm_assets.versions.dataset_version import require_version
+
+    store = open_object_store(settings)
+    r = report.revocation
+    for outcome in report.versions:
+        if outcome.replacement is None:
+            continue
+        section = {
+            "revocation_id": r.revocation_id,
+            "criterion": r.criterion,
+            "value": r.value,
+            "replaces": outcome.version_key,
+            "documents_removed": len(outcome.removed),
+            "reason": r.reason,
+            "revoked_by": r.revoked_by,
+            "revoked_at": r.revoked_at.isoformat(timespec="seconds"),
+        }
+        version = require_version(settings, outcome.replacement)
+        card = build_card(settings, version, revocations=[section])
+        write_card_to_store(card, store, f"cards/{version.version_key}")
+        for row in report.shard_sets:
+            key = row["replacement"]
+            if key and key.startswith(f"{version.version_key}/"):
+                config = key.split("/", 1)[1]
+                parse_shard_config(config)  # a malformed key fails here, before any write
+                write_card_to_store(
+                    card, store, f"{shard_set_prefix(version.version_key, config)}/card"
+                )
+        _echo(f"wrote the dataset card of {version.version_key}")
+
+
+@click.command()
+@click.option("--doc", "doc_id", default=None, help="A document id (or raw sha256).")
+@click.option("--source", default=None, help="A source name, as landed.")
+@click.option("--license", "license_", default=None, help="An SPDX licence id, as landed.")
+@click.option("--batch", "batch_id", default=None, help="A landing batch id.")
+@click.option("--reason", required=True, help="Why: kept with the revocation for audits.")
+def revoke(
+    doc_id: str | None,
+    source: str | None,
+    license_: str | None,
+    batch_id: str | None,
+    reason: str,
+) -> None:
+    """Revoke documents: replace every version and shard set holding them, mark the old ones."""
+    from fm_assets.shards.revoke import revoke as run_revocation
+
+    named = {"doc": doc_id, "source": source, "license": license_, "batch": batch_id}
+    chosen = [(k, v) for k, v in named.items() if v is not None]
+    if len(chosen) != 1:
+        raise ValueError("name exactly one of --doc, --source, --license or --batch to revoke")
+    criterion, value = chosen[0]
+    settings = load_settings()
+    report = run_revocation(settings, criterion, value, reason, progress=_echo)
+    _write_cards(settings, report)
+    click.echo(f"revocation {report.revocation.revocation_id}")
+    for v in report.versions:
+        click.echo(
+            f"version {v.version_key} -> {v.replacement or 'none'} "
+            f"({len(v.removed)} documents, {v.tokens_removed} tokens removed)"
+        )
+    for s in report.shard_sets:
+        click.echo(
+            f"shard_set {s['shard_set_key']} -> {s['replacement'] or 'none'} "
+            f"(rewrote {s['bytes_rewritten']} of {s['bytes_total']} bytes, "
+            f"{s['shards_rewritten']} of {s['shards_total']} shards)"
+        )
+    for run in report.runs:
+        click.echo(f"run {run.run_id} read revoked shard set {run.shard_set_key}")
+    if not report.versions:
+        _echo("no dataset version holds what this revocation names; future versions leave it out")

@@ -1,0 +1,159 @@
+"""Revoking documents from dataset versions: each affected version gets a replacement without them.
+
+Versions are immutable, so a revocation never edits one: it cuts the next version of the same
+dataset over the same tagged snapshots, listing the revoked documents (and whatever its base
+already excluded) in `version_exclusions`, and records (revocation, version, replacement) in
+`version_revocations`. A version already revoked keeps its first replacement; a later revocation
+that also touches it is recorded against it, and its replacement, which holds the documents too,
+gets a replacement of its own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fm_assets.execution import pipeline
+from fm_assets.settings import Settings
+from fm_assets.storage import catalog
+from fm_assets.storage.revocations import RevocationRecord
+from fm_assets.storage.tables import TableSpec, declare
+from fm_assets.versions.dataset_version import (
+    DatasetVersion,
+    namespaces_of,
+    next_version_key,
+    parse_version_key,
+    register_version,
+)
+from fm_assets.versions.membership import (
+    exclude_documents,
+    excluded_documents,
+    record_namespaces,
+)
+
+VERSION_REVOCATIONS = pa.schema(
+    [
+        pa.field("revocation_id", pa.string(), nullable=False),
+        pa.field("version_key", pa.string(), nullable=False),
+        pa.field("replacement", pa.string(), nullable=True),  # None: nothing was left to keep
+        pa.field("documents_removed", pa.int64(), nullable=False),
+        pa.field("tokens_removed", pa.int64(), nullable=False),
+        pa.field("revoked_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+declare(TableSpec("version_revocations", VERSION_REVOCATIONS, ("revocation_id",)))
+
+
+@dataclass(frozen=True)
+class VersionRevocation:
+    """What one revocation did to one dataset version."""
+
+    revocation_id: str
+    version_key: str
+    replacement: str | None
+    removed: tuple[str, ...]  # doc ids
+    tokens_removed: int
+
+
+def all_versions(settings: Settings) -> list[DatasetVersion]:
+    """Every dataset version, by dataset and number."""
+    rows = catalog.read_table(settings, "dataset_versions").to_pylist()
+    return sorted((DatasetVersion.from_row(r) for r in rows), key=lambda v: (v.dataset, v.version))
+
+
+def revoked_in(
+    settings: Settings, version: DatasetVersion, revocation: RevocationRecord
+) -> pa.Table:
+    """(doc_id, num_tokens) of the version's documents the revocation matches: a scan pruned by
+    the revocation's column at the version's snapshot, less the version's exclusions."""
+    final = pipeline.STAGE_NAMES[-1]
+    if final not in version.snapshot_ids:
+        return catalog.table_schema(final).empty_table().select(["doc_id", "num_tokens"])
+    hits = catalog.read_table(
+        settings,
+        final,
+        catalog.where_all(
+            catalog.where_in("batch_id", list(version.batches)),
+            catalog.where_equal(revocation.column, revocation.value),
+        ),
+        snapshot_id=version.snapshot_ids[final],
+        columns=("doc_id", "num_tokens"),
+    )
+    excluded = excluded_documents(settings, version.version_key)
+    if not excluded or hits.num_rows == 0:
+        return hits
+    return hits.filter(pc.invert(pc.is_in(hits.column("doc_id"), pa.array(sorted(excluded)))))
+
+
+def replacement_of(settings: Settings, version_key: str) -> dict[str, object] | None:
+    """The first revocation row of `version_key` (with its replacement), or None."""
+    rows = catalog.read_table(
+        settings, "version_revocations", catalog.where_equal("version_key", version_key)
+    ).to_pylist()
+    return min(rows, key=lambda r: r["revoked_at"]) if rows else None
+
+
+def cut_replacement(
+    settings: Settings, version: DatasetVersion, removed: dict[str, str], tokens_removed: int
+) -> DatasetVersion:
+    """The next version of `version.dataset`: the same snapshots less `removed` (doc -> revocation
+    id) and whatever `version` already excluded."""
+    key = next_version_key(settings, version.dataset)
+    dataset, number = parse_version_key(key)
+    previous = excluded_documents(settings, version.version_key)
+    content_hash = hashlib.sha256(
+        "\n".join([version.content_hash, *sorted(removed)]).encode()
+    ).hexdigest()
+    replacement = DatasetVersion(
+        version_key=key,
+        dataset=dataset,
+        version=number,
+        batches=version.batches,
+        snapshot_ids=dict(version.snapshot_ids),
+        code_versions=dict(version.code_versions),
+        tokenizer_hash=version.tokenizer_hash,
+        num_documents=version.num_documents - len(removed),
+        num_tokens=version.num_tokens - tokens_removed,
+        content_hash=content_hash,
+    )
+    # The exclusions first: once the version row exists, readers trust it.
+    exclude_documents(settings, key, {d: f"via {version.version_key}" for d in previous} | removed)
+    record_namespaces(settings, key, namespaces_of(settings, version))
+    register_version(settings, replacement, run_id=None)
+    return replacement
+
+
+def revoke_versions(settings: Settings, revocation: RevocationRecord) -> list[VersionRevocation]:
+    """Cut a replacement for every version (not already replaced) holding revoked documents,
+    and record what happened to each version the revocation touches."""
+    outcomes = []
+    for version in all_versions(settings):
+        hits = revoked_in(settings, version, revocation)
+        if hits.num_rows == 0:
+            continue
+        removed = {doc_id: revocation.revocation_id for doc_id in hits.column("doc_id").to_pylist()}
+        tokens = int(pc.sum(hits.column("num_tokens")).as_py() or 0)
+        replacement: str | None = None
+        if replacement_of(settings, version.version_key) is None and len(removed) < (
+            version.num_documents
+        ):
+            replacement = cut_replacement(settings, version, removed, tokens).version_key
+        outcome = VersionRevocation(
+            revocation.revocation_id, version.version_key, replacement, tuple(removed), tokens
+        )
+        # Right after the cut: a rerun after a crash sees the version replaced, not cuts again.
+        row = {
+            "revocation_id": outcome.revocation_id,
+            "version_key": outcome.version_key,
+            "replacement": outcome.replacement,
+            "documents_removed": len(outcome.removed),
+            "tokens_removed": outcome.tokens_removed,
+            "revoked_at": dt.datetime.now(dt.UTC),
+        }
+        catalog.append_rows(settings, "version_revocations", pa.Table.from_pylist([row]))
+        outcomes.append(outcome)
+    return outcomes
