@@ -216,6 +216,7 @@ def test_shard_set_is_published_in_the_bucket(platform: S3Platform) -> None:
         *expected,
         f"{prefix}/index.json",
         f"{prefix}/fm_manifest.json",
+        f"{prefix}/fm_namespaces.json",  # the data namespaces the set's documents came from
         *card,  # the version's dataset card, next to the shard set
     }
     assert manifest.num_samples == platform.row["num_samples"] > 0
