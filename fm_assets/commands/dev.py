@@ -20,6 +20,7 @@ from types import FrameType
 
 import click
 
+from fm_assets.execution.local_ray import process_alive
 from fm_assets.settings import load_settings
 
 GRACE_S = 8.0
@@ -51,20 +52,6 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie has exited; it only waits to be reaped by its parent.
-    with contextlib.suppress(OSError):
-        if (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    return True
-
-
 def stop_process_tree(process: subprocess.Popen[bytes], grace_s: float = GRACE_S) -> None:
     """Interrupt `process`'s group, wait up to `grace_s`, then SIGKILL it and its descendants."""
     family = descendants(process.pid)
@@ -73,7 +60,7 @@ def stop_process_tree(process: subprocess.Popen[bytes], grace_s: float = GRACE_S
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         family |= descendants(process.pid)
-        if process.poll() is not None and not any(_alive(p) for p in family):
+        if process.poll() is not None and not any(process_alive(p) for p in family):
             return
         time.sleep(0.2)
     with contextlib.suppress(ProcessLookupError):

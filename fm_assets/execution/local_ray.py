@@ -8,6 +8,7 @@ connect to it. `fm ray stop` (or `stop_local_ray`) stops it by its own process g
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -38,13 +39,18 @@ def _answers(address: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists and has not exited (a zombie has exited: it only waits to be
+    reaped by its parent, yet still answers `kill 0`)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    with contextlib.suppress(OSError, IndexError):
+        if (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False
     return True
 
 
@@ -54,7 +60,7 @@ def running_local_ray(settings: Settings) -> str | None:
     if not path.is_file():
         return None
     state = json.loads(path.read_text())
-    if _alive(int(state["pid"])) and _answers(str(state["address"])):
+    if process_alive(int(state["pid"])) and _answers(str(state["address"])):
         return str(state["address"])
     return None
 
@@ -118,7 +124,7 @@ def stop_local_ray(settings: Settings, timeout: float = 30.0) -> bool:
         return False
     pid = int(json.loads(path.read_text())["pid"])
     path.unlink()
-    if not _alive(pid):
+    if not process_alive(pid):
         return False
     _kill_group(pid, timeout)
     return True
