@@ -52,7 +52,7 @@ __all__ = [
 
 
 def land(
-    settings: Settings, paths: list[Path], *, source: str, license: str, namespace: str = "default"
+    settings: Settings, paths: list[Path], *, source: str, license: str, namespace: str = "cloud"
 ) -> tuple[BatchManifest, bool]:
     return land_files(
         open_object_store(settings), paths, source=source, license=license, namespace=namespace
