@@ -1,6 +1,8 @@
 """The UI's approval action for batches that wait after validation: a job that records a
 decision (who, why), and a sensor that runs an approved batch through curation."""
 
+from typing import Any
+
 import dagster as dg
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
@@ -60,7 +62,8 @@ def build_approved_batch_sensor(job: UnresolvedAssetJobDefinition) -> dg.SensorD
     def approved_batch_sensor(
         context: dg.RunStatusSensorContext,
     ) -> dg.RunRequest | dg.SkipReason:
-        config = context.dagster_run.run_config["ops"][DECISION_OP]["config"]
+        ops: dict[str, Any] = context.dagster_run.run_config["ops"]  # type: ignore[assignment]
+        config = ops[DECISION_OP]["config"]
         batch_id = str(config["batch_id"])
         if not config["approve"]:
             return dg.SkipReason(f"batch {batch_id} was rejected: it never reaches curation")
