@@ -87,3 +87,51 @@ def test_a_rejected_batch_never_reaches_the_curated_tables(
     assert result.exit_code == 1 and "never reaches the curated tables" in result.stderr
     for stage in pipeline.STAGE_NAMES[1:]:
         assert _rows(settings, stage, batch) == 0
+
+
+def test_a_source_the_policy_marks_untrusted_waits_and_is_approved_in_the_ui(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dagster as dg
+
+    from fm_assets.defs.approval import build_approved_batch_sensor, decide_quarantined_batch
+    from fm_assets.defs.jobs import process_landing_batch
+    from fm_assets.defs.resources import FmPlatform
+
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[approval]\nuntrusted_sources = ["forum-scrape"]\n')
+    monkeypatch.setenv("FM_POLICY_FILE", str(policy))
+    strict = load_settings()
+    path = tmp_path / "scraped.jsonl"
+    path.write_text(json.dumps({"text": "A scraped forum post about ferns. " * 30}) + "\n")
+    landed, _ = operations.land(strict, [path], source="forum-scrape", license="unknown")
+    batch = landed.batch_id  # the namespace is the default, cloud: the source makes it wait
+    with pytest.raises(AwaitingApproval, match="source 'forum-scrape', which the policy marks"):
+        operations.run_batch(strict, batch, lambda message: None)
+    # Validated, not curated.
+    assert _rows(strict, pipeline.STAGE_NAMES[-1], batch) == 0
+
+    # A data engineer launches the decision job from the UI; its success requests the run.
+    instance = dg.DagsterInstance.get()
+    decision = {"batch_id": batch, "approve": True, "reason": "moderated", "decided_by": "ana"}
+    result = decide_quarantined_batch.execute_in_process(
+        run_config={"ops": {"record_batch_decision": {"config": decision}}},
+        resources={"fm": FmPlatform()},
+        instance=instance,
+    )
+    assert result.success
+    assert [(d["decision"], d["decided_by"]) for d in decisions(strict, batch)] == [
+        ("approved", "ana")
+    ]
+    sensor = build_approved_batch_sensor(process_landing_batch)
+    request = sensor(
+        dg.build_run_status_sensor_context(
+            sensor_name=sensor.name,
+            dagster_event=result.get_run_success_event(),
+            dagster_instance=instance,
+            dagster_run=result.dagster_run,
+        )
+    )
+    assert isinstance(request, dg.RunRequest) and request.partition_key == batch
+    operations.run_batch(strict, batch, lambda message: None)  # what the requested run does
+    assert _rows(strict, pipeline.STAGE_NAMES[-1], batch) == 1

@@ -27,7 +27,7 @@ def test_same_files_land_as_the_same_batch(fm_settings: Settings, tmp_path: Path
     assert [e for _, e in published_log(store)] == [first.batch_id]
     manifest = read_manifest(store, first.batch_id)
     assert {f.name for f in manifest.files} == {"a.txt", "b.jsonl"}
-    assert (manifest.source, manifest.license, manifest.namespace) == ("unit", "CC0-1.0", "default")
+    assert (manifest.source, manifest.license, manifest.namespace) == ("unit", "CC0-1.0", "cloud")
     assert all(len(f.sha256) == 64 and f.size > 0 for f in manifest.files)
     assert manifest.tool_version and manifest.ingested_at
     # No temporary prefix is left behind once a batch is published.

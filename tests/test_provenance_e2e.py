@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import random
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,6 +148,12 @@ def test_a_random_sample_leads_back_to_its_raw_bytes(built: Built) -> None:
         assert (doc["source"], doc["license"]) in {("wget", "MIT"), ("commoncrawl", "CC-BY-4.0")}
         assert doc["namespace"] == raw["namespace"]
         assert isinstance(doc["record_index"], int)
+        # The record's own bytes in the landed WARC: its gzip member starts at record_offset.
+        landed = (WARC_DIR / str(doc["source_file"])).read_bytes()
+        member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        head = member.decompress(landed[int(doc["record_offset"]) :], 1 << 16)
+        assert f"WARC-Record-ID: {doc['warc_record_id']}".encode() in head.split(b"\r\n\r\n")[0]
+        assert doc["record_line"] is None
         assert set(doc["code_versions"]) >= {"raw_documents", "tokenized_documents"}
         # The span inside the sample holds exactly those tokens of the document.
         start, end, offset = (
@@ -240,7 +247,7 @@ def test_revocation_end_to_end(built: Built, tmp_path: Path) -> None:
     ]
     assert len(changed) == 1
     # The replacement keeps its base's namespaces, beside its shards too.
-    served = make_dataset("web@v2", rank=0, world_size=1, settings=s, namespaces={"default"})
+    served = make_dataset("web@v2", rank=0, world_size=1, settings=s, namespaces={"cloud"})
     assert sum(1 for _ in served) == new_manifest.num_samples  # every checksum verified
     card = open_object_store(s).read_bytes("cards/web@v2/dataset_card.md").decode()
     assert "## Revocations" in card and "licensor asked" in card and "| web@v1 |" in card

@@ -4,9 +4,11 @@ exactly the records the whole file gives."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,7 +77,7 @@ def test_range_reader_reads_exactly_its_range(start: int, end: int | None) -> No
 
 @dataclass(frozen=True)
 class RawRun:
-    rows: list[tuple[object, ...]]  # (doc_id, record_id, url, source_file, raw_size), sorted
+    rows: list[tuple[object, ...]]  # (doc_id, record_id, ..., warc_record_id), sorted
     quarantine: list[tuple[object, ...]]  # (record_id, doc_id, rule), sorted
     parts: int  # parts the landed file was read in
 
@@ -90,7 +92,7 @@ def _raw_run(home: Path, files: list[Path], part_bytes: int) -> RawRun:
     messages: list[str] = []
     run_stage(settings, "raw_documents", batch.batch_id, progress=messages.append)
     rows = catalog.read_table(settings, "raw_documents").select(
-        ["doc_id", "record_id", "url", "source_file", "raw_size"]
+        [*ROW_COLUMNS, "record_offset", "record_line", "warc_record_id"]
     )
     bad = catalog.read_table(settings, "quarantine").select(["record_id", "doc_id", "rule"])
     planned = next(m for m in messages if " parts, " in m)  # "...: 1 files in 7 parts, 4 slices"
@@ -101,6 +103,9 @@ def _raw_run(home: Path, files: list[Path], part_bytes: int) -> RawRun:
     )
 
 
+ROW_COLUMNS = ["doc_id", "record_id", "url", "source_file", "raw_size"]
+
+
 @pytest.mark.slow
 def test_a_split_file_gives_exactly_the_records_of_the_whole_file(
     ray_session: None, tmp_path: Path
@@ -109,11 +114,46 @@ def test_a_split_file_gives_exactly_the_records_of_the_whole_file(
     # records come back as exact duplicates of records in another part.
     crawl = tmp_path / "in" / "crawl.warc.gz"
     crawl.parent.mkdir()
-    crawl.write_bytes(b"".join(w.read_bytes() for w in [*WARCS, WARCS[0]]))
+    data = b"".join(w.read_bytes() for w in [*WARCS, WARCS[0]])
+    crawl.write_bytes(data)
 
     whole = _raw_run(tmp_path / "whole", [crawl], 64 << 20)
     split = _raw_run(tmp_path / "split", [crawl], 64 << 10)
 
     assert whole.parts == 1 and split.parts >= 4
+    # Also where each record is: the same file offset and WARC-Record-ID from every part.
     assert split.rows == whole.rows and split.quarantine == whole.quarantine
     assert sum(1 for *_, rule in split.quarantine if rule == "exact_duplicate") >= 10
+    for *_, offset, line, record_id in split.rows:
+        assert line is None and isinstance(offset, int) and isinstance(record_id, str)
+        # The offset starts the gzip member holding the record: Common Crawl's index offsets.
+        head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data[offset : offset + 8192])
+        assert head.startswith(b"WARC/1.") and f"WARC-Record-ID: {record_id}".encode() in head
+
+
+@pytest.mark.slow
+def test_a_split_jsonl_file_numbers_its_lines_like_the_whole_file(
+    ray_session: None, tmp_path: Path
+) -> None:
+    lines = [
+        "" if i % 7 == 3 else json.dumps({"id": i, "text": f"line {i}: " + "word " * (i % 50)})
+        for i in range(3_000)
+    ]
+    pages = tmp_path / "in" / "pages.jsonl"
+    pages.parent.mkdir()
+    data = ("\n".join(lines) + "\n").encode()
+    pages.write_bytes(data)
+
+    whole = _raw_run(tmp_path / "whole", [pages], 64 << 20)
+    split = _raw_run(tmp_path / "split", [pages], 16 << 10)
+
+    assert whole.parts == 1 and split.parts >= 4
+    assert split.rows == whole.rows and split.quarantine == whole.quarantine
+    starts = [0]
+    for line in data.split(b"\n")[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+    for doc_id, _, _, _, _, offset, line, record_id in split.rows:
+        # The JSONL line (1-based, blank lines counted) and its first byte.
+        text = json.loads(lines[line - 1])["text"]
+        assert hashlib.sha256(text.encode()).hexdigest() == doc_id
+        assert offset == starts[line - 1] and record_id is None

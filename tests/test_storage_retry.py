@@ -141,6 +141,7 @@ def test_landed_file_missing_from_the_store_fails_the_read_not_quarantined(
                 "end": -1,
                 "whole_file": True,
                 "first_index": 0,
+                "first_line": 1,
                 "file_items": -1,
             }
         ],

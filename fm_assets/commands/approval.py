@@ -19,7 +19,7 @@ def _echo(message: str) -> None:
 @click.option("--reject", is_flag=True, help="Reject the batch: it never reaches curation.")
 def approve(batch_id: str, reason: str, reject: bool) -> None:
     """Approve (or --reject) a quarantined batch; an approved one runs through curation now."""
-    from fm_assets.storage.approvals import record_decision
+    from fm_assets.curation.approval import record_decision
 
     settings = load_settings()
     row = record_decision(settings, batch_id, approved=not reject, reason=reason)

@@ -75,7 +75,12 @@ def main() -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--source", required=True, help="Where the data comes from, e.g. commoncrawl.")
 @click.option("--license", "license_", required=True, help="SPDX id or licence name.")
-@click.option("--namespace", default="default", show_default=True)
+@click.option(
+    "--namespace",
+    default="cloud",
+    show_default=True,
+    help="The data namespace (cloud, on-device, web-unverified, quarantine, ...).",
+)
 def land(paths: tuple[str, ...], source: str, license_: str, namespace: str) -> None:
     """Copy files into an immutable landing batch; prints the batch id last."""
     from fm_assets.commands.operations import land as land_batch

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fm_assets.checks.table import batch_up_to_date
+from fm_assets.curation.approval import approval_gate
 from fm_assets.curation.classifier.training import train_classifier as train
 from fm_assets.defs.jobs import BATCH_ASSET_KEYS
 from fm_assets.defs.landing import BATCH_TAG
@@ -34,7 +35,7 @@ from fm_assets.registries.classifiers import register_classifier
 from fm_assets.registries.tokenizers import resolve_tokenizer
 from fm_assets.settings import Settings
 from fm_assets.shards.build import shard_config_key, shard_set_key
-from fm_assets.storage.approvals import AwaitingApproval, approval_gate, decisions
+from fm_assets.storage.approvals import AwaitingApproval, decisions
 from fm_assets.storage.landing import BatchManifest, land_files
 from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions.dataset_version import choose_batches, next_version_key, require_version
@@ -52,7 +53,7 @@ __all__ = [
 
 
 def land(
-    settings: Settings, paths: list[Path], *, source: str, license: str, namespace: str = "default"
+    settings: Settings, paths: list[Path], *, source: str, license: str, namespace: str = "cloud"
 ) -> tuple[BatchManifest, bool]:
     return land_files(
         open_object_store(settings), paths, source=source, license=license, namespace=namespace

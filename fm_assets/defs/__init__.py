@@ -6,6 +6,7 @@ import functools
 
 import dagster as dg
 
+from fm_assets.defs.approval import build_approved_batch_sensor, decide_quarantined_batch
 from fm_assets.defs.curated import build_curated_assets
 from fm_assets.defs.jobs import process_landing_batch
 from fm_assets.defs.landing import build_landing_sensor, landing_batch
@@ -34,8 +35,12 @@ def build_definitions() -> dg.Definitions:
             contamination_registry,
             contamination_scan,
         ],
-        jobs=[process_landing_batch, rescan_versions],
-        sensors=[build_landing_sensor(process_landing_batch), contamination_registry_sensor],
+        jobs=[process_landing_batch, rescan_versions, decide_quarantined_batch],
+        sensors=[
+            build_landing_sensor(process_landing_batch),
+            build_approved_batch_sensor(process_landing_batch),
+            contamination_registry_sensor,
+        ],
         resources={"fm": FmPlatform()},
         executor=dg.in_process_executor,
     )

@@ -8,6 +8,7 @@ import dataclasses
 import dagster as dg
 
 from fm_assets.checks.table import BATCH_CHECKS, BatchSubject, evaluate, stage_data_version
+from fm_assets.curation.approval import approval_gate
 from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.landing import LANDING_BATCH
 from fm_assets.defs.partitions import landing_batches
@@ -15,7 +16,6 @@ from fm_assets.defs.progress import progress_logger
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.execution import pipeline
 from fm_assets.execution.runner import run_stage
-from fm_assets.storage.approvals import approval_gate
 
 
 def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.AssetsDefinition:

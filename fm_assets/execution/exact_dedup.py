@@ -81,7 +81,7 @@ def run_raw(
 
     scan = ray.remote(num_cpus=1, max_retries=2)(_scan).options(num_returns=BUCKETS + 1)
     scanned: list[list[Any]] = [scan.remote(stage, parts.take(s)) for s in slices]  # type: ignore[misc]
-    counts: dict[int, int] = {}
+    counts: dict[int, tuple[int, int]] = {}
     for per_part in run_tasks(
         lambda i: scanned[i][0], len(slices), progress=progress, label="scan"
     ):
@@ -160,22 +160,30 @@ def _split_files(
     return {f.sha256: points for (f, _), points in zip(large, found, strict=True)}
 
 
-def _number_items(parts: pa.Table, counts: dict[int, int]) -> pa.Table:
-    """Fill each part's first item number within its file and its file's item count."""
+def _number_items(parts: pa.Table, counts: dict[int, tuple[int, int]]) -> pa.Table:
+    """Fill each part's first item number and first line number within its file, and its
+    file's item count, from each part's (items, lines)."""
     first: list[int] = []
-    running: dict[str, int] = {}
+    first_line: list[int] = []
+    items: dict[str, int] = {}
+    lines: dict[str, int] = {}
     for part, sha in zip(
         parts.column("part").to_pylist(), parts.column("file_sha256").to_pylist(), strict=True
     ):
-        first.append(running.get(sha, 0))
-        running[sha] = running.get(sha, 0) + counts[part]
-    file_items = [running[sha] for sha in parts.column("file_sha256").to_pylist()]
-    parts = parts.set_column(
-        parts.schema.get_field_index("first_index"), "first_index", pa.array(first, pa.int64())
-    )
-    return parts.set_column(
-        parts.schema.get_field_index("file_items"), "file_items", pa.array(file_items, pa.int64())
-    )
+        first.append(items.get(sha, 0))
+        first_line.append(lines.get(sha, 0) + 1)
+        items[sha] = items.get(sha, 0) + counts[part][0]
+        lines[sha] = lines.get(sha, 0) + counts[part][1]
+    file_items = [items[sha] for sha in parts.column("file_sha256").to_pylist()]
+    for name, values in (
+        ("first_index", first),
+        ("first_line", first_line),
+        ("file_items", file_items),
+    ):
+        parts = parts.set_column(
+            parts.schema.get_field_index(name), name, pa.array(values, pa.int64())
+        )
+    return parts
 
 
 def _other_batches_files(settings: Settings, bucket: int, batch_id: str) -> list[FileScanTask]:
@@ -195,7 +203,7 @@ def _other_batches_files(settings: Settings, bucket: int, batch_id: str) -> list
 
 
 def _scan(stage: RawStage, parts: pa.Table) -> tuple[Any, ...]:
-    """(items per part, then one CANDIDATES table per bucket): runs on a worker."""
+    """((items, lines) per part, then one CANDIDATES table per bucket): runs on a worker."""
     scans: list[PartScan] = stage.scan(parts)
     candidates = (
         pa.concat_tables([s.candidates for s in scans]) if scans else CANDIDATES.empty_table()
@@ -204,7 +212,7 @@ def _scan(stage: RawStage, parts: pa.Table) -> tuple[Any, ...]:
         [schemas.document_bucket(d) for d in candidates.column("doc_id").to_pylist()], pa.int32()
     )
     per_bucket = [candidates.filter(pa.compute.equal(buckets, b)) for b in range(BUCKETS)]
-    return ({s.part: s.items for s in scans}, *per_bucket)
+    return ({s.part: (s.items, s.lines) for s in scans}, *per_bucket)
 
 
 def _decide(

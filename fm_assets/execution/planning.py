@@ -99,6 +99,7 @@ def landed_parts(
                     "end": end,
                     "whole_file": len(starts) == 1,
                     "first_index": 0,
+                    "first_line": 1,
                     "file_items": -1,
                 }
             )

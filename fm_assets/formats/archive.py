@@ -67,6 +67,8 @@ def read_archive(
     else:
         iterator = WARCIterator(content)
     reader = _ArchiveReader(content, iterator, numbering, stats, max_record_bytes)
+    # warcio makes up a WARC-Record-ID for each converted ARC record: not the file's own.
+    reader.keeps_record_ids = archive_format != "arc"
     reader.set_first_record_number(first_record_number)
     yield from reader.items()
 
@@ -88,6 +90,7 @@ class _ArchiveReader:
         self._stats = stats
         self._max_record_bytes = max_record_bytes
         self._record_number = 0  # of the record being read, from 1
+        self.keeps_record_ids = True  # whether records' WARC-Record-IDs are the file's own
 
     def set_first_record_number(self, number: int) -> None:
         """Number the first record `number` (in reasons) instead of 1."""
@@ -141,12 +144,21 @@ class _ArchiveReader:
         if result is None:
             self._stats.skipped_by_type[record.rec_type] += 1
         else:
-            items.append(self._item(result, label, misframed))
+            record_id = record.rec_headers.get_header("WARC-Record-ID")
+            where = (self._content.origin(start), record_id if self.keeps_record_ids else None)
+            items.append(self._item(result, label, misframed, where))
         if misframed:
             items.append(self._misframed(record, label, block_end))
         return _Outcome(tuple(items))
 
-    def _item(self, result: Document | Rejection, label: str, misframed: bool) -> FileItem:
+    def _item(
+        self,
+        result: Document | Rejection,
+        label: str,
+        misframed: bool,
+        where: tuple[int, str | None],
+    ) -> FileItem:
+        """The record's item; `where` is its origin offset and WARC-Record-ID."""
         if isinstance(result, Document) and not result.decoding_finished and not misframed:
             result = unfinished_decoding(result, label)
         if isinstance(result, Rejection):
@@ -158,6 +170,8 @@ class _ArchiveReader:
             content_type=result.content_type,
             url=result.url,
             charset=result.charset,
+            offset=where[0],
+            warc_record_id=where[1],
         )
 
     def _drain(self, record: ArcWarcRecord) -> int:

@@ -66,6 +66,7 @@ class _Pending:
     rec_type: str
     label: str  # names the record in reasons
     result: Document | Rejection | None  # None: not a document
+    record_id: str | None = None  # its WARC-Record-ID
 
 
 class _Window:
@@ -253,7 +254,16 @@ class _FastReader:
         if length != record.content_length or length > _MAX_HELD_RECORD_BYTES:
             return None
         uri = _clean_target_uri(headers.get("WARC-Target-URI"))
-        pending = _Pending(number, record.stream_pos, length, len(headers), rec_type, "", None)
+        pending = _Pending(
+            number,
+            record.stream_pos,
+            length,
+            len(headers),
+            rec_type,
+            "",
+            None,
+            headers.get("WARC-Record-ID"),
+        )
         if is_document_type(rec_type, uri):
             return self._document(record, pending)
         if length and rec_type in _LOADER.HTTP_RECORDS:
@@ -296,6 +306,8 @@ class _FastReader:
             content_type=result.content_type,
             url=result.url,
             charset=result.charset,
+            offset=self._content.origin(pending.start),
+            warc_record_id=pending.record_id,
         )
 
     def _warcio_from(self, start: int, number: int) -> Iterator[FileItem]:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from fm_assets.formats.records import FileItem, RecordNumbering, Rule
+from fm_assets.formats.records import FileItem, ReadStats, RecordNumbering, Rule
 from fm_assets.formats.streams import ContentStream, StreamDamage
 
 _UTF8_BOM: Final = b"\xef\xbb\xbf"
@@ -50,9 +50,10 @@ class _Line:
 
 
 def read_jsonl(
-    content: ContentStream, numbering: RecordNumbering, max_record_bytes: int
+    content: ContentStream, numbering: RecordNumbering, stats: ReadStats, max_record_bytes: int
 ) -> Iterator[FileItem]:
-    """Yield one item per non-blank line; blank lines are skipped silently.
+    """Yield one item per non-blank line; blank lines are skipped silently (`stats.lines`
+    counts every line read).
 
     A line must be UTF-8 and a JSON object with a string `text` (a text document) or, failing
     that, `html` field (an HTML document); `id`, `url` and `lang` are optional.
@@ -60,9 +61,10 @@ def read_jsonl(
     last: _Line | None = None
     for line in _lines(content, max_record_bytes):
         last = line
+        stats.lines = line.number
         if not line.terminated and content.damage is not None:
             break  # the cut-off start of a line: reported with the damage below
-        item = _parse_line(line, numbering, max_record_bytes)
+        item = _parse_line(line, numbering, max_record_bytes, content.origin(line.offset))
         if item is not None:
             yield item
     if content.damage is not None:
@@ -100,8 +102,11 @@ def _lines(content: ContentStream, max_record_bytes: int) -> Iterator[_Line]:
         offset += size
 
 
-def _parse_line(line: _Line, numbering: RecordNumbering, max_bytes: int) -> FileItem | None:
-    """Turn one line into an item; None for a blank line."""
+def _parse_line(
+    line: _Line, numbering: RecordNumbering, max_bytes: int, origin: int
+) -> FileItem | None:
+    """Turn one line into an item (`origin`: where it starts in the bytes read); None for a
+    blank line."""
     if line.raw is None:
         reason = f"{line.where}: {line.size} bytes, over the {max_bytes}-byte record limit"
         return numbering.unreadable(Rule.RECORD_TOO_LARGE, reason)
@@ -110,7 +115,7 @@ def _parse_line(line: _Line, numbering: RecordNumbering, max_bytes: int) -> File
     value = _json_object(line, line.raw)
     if isinstance(value, tuple):
         return numbering.unreadable(*value, raw_sha256=line.sha256())
-    return _document(value, line, numbering)
+    return _document(value, line, numbering, origin)
 
 
 def _json_object(line: _Line, raw: bytes) -> dict[str, Any] | tuple[str, str]:
@@ -137,7 +142,9 @@ def _json_object(line: _Line, raw: bytes) -> dict[str, Any] | tuple[str, str]:
     return value
 
 
-def _document(value: dict[str, Any], line: _Line, numbering: RecordNumbering) -> FileItem:
+def _document(
+    value: dict[str, Any], line: _Line, numbering: RecordNumbering, origin: int
+) -> FileItem:
     """Build the item for a JSON object: its `text` (preferred) or `html` field, with metadata."""
     field = next((name for name in ("text", "html") if isinstance(value.get(name), str)), None)
     if field is None:
@@ -156,6 +163,8 @@ def _document(value: dict[str, Any], line: _Line, numbering: RecordNumbering) ->
         charset="utf-8",
         lang_hint=_string_or_none(value.get("lang")),
         external_id=_external_id(value.get("id")),
+        offset=origin,
+        line=line.number,
     )
 
 

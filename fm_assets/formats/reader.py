@@ -105,7 +105,7 @@ class FileRecordReader:
             read = read_warc_fast if fast else read_archive
             yield from read(content, sniffed.format, numbering, self.stats, limit)
         elif sniffed.format == "jsonl":
-            yield from read_jsonl(content, numbering, limit)
+            yield from read_jsonl(content, numbering, self.stats, limit)
         else:
             yield from read_whole_file(content, sniffed.format, numbering, limit)
 

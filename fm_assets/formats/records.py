@@ -18,6 +18,11 @@ class ParsedRecord:
     charset: str | None  # declared by the HTTP Content-Type header or <meta>, lower-case
     lang_hint: str | None  # JSONL `lang`
     external_id: str | None  # JSONL `id`, as a string
+    # Where the record starts in what the reader was given (`ContentStream.origin`): the byte
+    # offset of the record, or for gzip data of the gzip member holding its first byte.
+    offset: int | None = None
+    line: int | None = None  # JSONL: the 1-based line number within what the reader was given
+    warc_record_id: str | None = None  # WARC: the record's WARC-Record-ID header
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,7 @@ class ReadStats:
     # WARC/WET read with fastwarc: the record from which the warcio reader read on (damage, or
     # a record fastwarc could not vouch for); None when fastwarc read the whole file.
     warcio_from_record: int | None = None
+    lines: int = 0  # JSONL: physical lines read (a split file numbers its parts' lines on)
 
     @property
     def skipped_non_documents(self) -> int:
@@ -87,6 +93,9 @@ class RecordNumbering:
         charset: str | None = None,
         lang_hint: str | None = None,
         external_id: str | None = None,
+        offset: int | None = None,
+        line: int | None = None,
+        warc_record_id: str | None = None,
     ) -> ParsedRecord:
         """Return the next item as a ParsedRecord."""
         record = ParsedRecord(
@@ -97,6 +106,9 @@ class RecordNumbering:
             charset=charset,
             lang_hint=lang_hint,
             external_id=external_id,
+            offset=offset,
+            line=line,
+            warc_record_id=warc_record_id,
         )
         self.count += 1
         return record

@@ -8,6 +8,7 @@ damage and propagate, so the caller can retry the file.
 
 from __future__ import annotations
 
+import bisect
 import io
 import zlib
 from dataclasses import dataclass
@@ -87,12 +88,20 @@ class _GunzipRaw(io.RawIOBase):
         self._position = 0
         self._finished = False
         self.damage: StreamDamage | None = None
+        # Where each gzip member starts: in the decompressed data and in the compressed bytes.
+        self._member_content_starts = [0]
+        self._member_compressed_starts = [0]
 
     def readable(self) -> bool:
         return True
 
     def tell(self) -> int:
         return self._position
+
+    def member_start(self, offset: int) -> int:
+        """The compressed offset of the gzip member holding decompressed byte `offset`."""
+        i = bisect.bisect_right(self._member_content_starts, offset) - 1
+        return self._member_compressed_starts[max(i, 0)]
 
     def readinto(self, buffer: WriteableBuffer) -> int:
         while self._pending_at >= len(self._pending):
@@ -124,6 +133,9 @@ class _GunzipRaw(io.RawIOBase):
                 self._finished = True  # clean end after a complete member
                 return
             data = data.lstrip(b"\x00")
+        # Every earlier member's output was handed out: the new member starts here.
+        self._member_content_starts.append(self._position)
+        self._member_compressed_starts.append(self._compressed.tell() - len(data))
         self._decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
         self._inflate(data)
 
@@ -181,6 +193,12 @@ class ContentStream:
         """Describe a content offset for a human: which bytes of which stream."""
         return f"byte {offset} of the decompressed data" if self.gzipped else f"byte {offset}"
 
+    def origin(self, offset: int) -> int:
+        """Where content offset `offset` lies in the bytes read: the offset itself, or for gzip
+        data the start of the member holding it (Common Crawl writes a member per record, so
+        this is the offset its indexes give)."""
+        return self._gunzip.member_start(offset) if self._gunzip else offset
+
     def read_limited(self, limit: int) -> bytes | None:
         """Read everything left, or return None as soon as it exceeds `limit` bytes."""
         # BytesIO hands its buffer to getvalue() without a copy: peak memory stays ~1x the data.
@@ -212,3 +230,6 @@ class ResumedContent(ContentStream):
 
     def where(self, offset: int) -> str:
         return self._rest.where(self._start + offset)
+
+    def origin(self, offset: int) -> int:
+        return self._rest.origin(self._start + offset)

@@ -30,4 +30,4 @@ def read_whole_file(
     charset = charset_from_bom(data)
     if charset is None and content_type == "html":
         charset = charset_from_meta(data)
-    yield numbering.parsed(content=data, content_type=content_type, charset=charset)
+    yield numbering.parsed(content=data, content_type=content_type, charset=charset, offset=0)

@@ -23,6 +23,8 @@ from fm_assets.versions.revocation import all_versions
 from fm_loader.provenance import read_revocation, read_run_record, read_run_records
 
 _PROVENANCE = tuple(f.name for f in PROVENANCE_FIELDS)
+# Where a raw record is in its landed file (raw_documents only).
+_POSITION = ("record_offset", "record_line", "warc_record_id")
 
 
 def _ancestors(table: Table, snapshot_id: int) -> set[int]:
@@ -75,7 +77,7 @@ def describe_sample(settings: Settings, shard_set_key: str, sample: int) -> list
             catalog.where_in("doc_id", doc_ids),
         ),
         snapshot_id=version.snapshot_ids["raw_documents"],
-        columns=(*_PROVENANCE, "raw_size"),
+        columns=(*_PROVENANCE, *_POSITION, "raw_size"),
     )
     by_id = {r["doc_id"]: r for r in raw.to_pylist()}
     code_versions = stage_code_versions(settings, version)
@@ -99,6 +101,7 @@ def describe_sample(settings: Settings, shard_set_key: str, sample: int) -> list
                 "source_file": origin["source_file"],
                 "record_id": origin["record_id"],
                 "record_index": _record_index(origin["record_id"]),
+                **{name: origin[name] for name in _POSITION},
                 "url": origin["url"],
                 "external_id": origin["external_id"],
                 "source": origin["source"],

@@ -18,7 +18,7 @@ from typing import BinaryIO, ClassVar, cast
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from fm_assets.formats import ParsedRecord, UnreadableRecord
+from fm_assets.formats import ParsedRecord, ReadStats, UnreadableRecord
 from fm_assets.formats.reader import FileRecordReader
 from fm_assets.formats.records import Rule
 from fm_assets.formats.splitting import RangeReader
@@ -42,6 +42,7 @@ LANDED_PARTS = pa.schema(
         pa.field("end", pa.int64()),  # -1: to the end of the file
         pa.field("whole_file", pa.bool_()),  # the only part of its file
         pa.field("first_index", pa.int64()),  # number of the part's first item within its file
+        pa.field("first_line", pa.int64()),  # JSONL: number of the part's first line in its file
         pa.field("file_items", pa.int64()),  # items of the whole file (-1 before the scan)
     ]
 )
@@ -66,6 +67,7 @@ class PartScan:
 
     part: int
     items: int
+    lines: int  # physical lines read (JSONL), so later parts of the file number theirs on
     candidates: pa.Table  # CANDIDATES
 
 
@@ -79,7 +81,7 @@ class RawStage(Stage):
     """
 
     name: ClassVar[str] = "raw_documents"
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"  # 2: where each record is in its file
     output_schema: ClassVar[pa.Schema] = schemas.RAW_DOCUMENTS
 
     max_document_bytes: int = 8 * 1024 * 1024
@@ -101,7 +103,8 @@ class RawStage(Stage):
         doc_ids: list[str] = []
         items: list[int] = []
         count = 0
-        for item in self._items(part):
+        stats = ReadStats()
+        for item in self._items(part, stats):
             count = item.index + 1
             if isinstance(item, ParsedRecord) and self._problem(item.content) is None:
                 doc_ids.append(hashlib.sha256(item.content).hexdigest())
@@ -110,7 +113,7 @@ class RawStage(Stage):
             {"doc_id": doc_ids, "part": [part["part"]] * len(items), "item": items},
             schema=CANDIDATES,
         )
-        return PartScan(int(part["part"]), count, candidates)  # type: ignore[call-overload]
+        return PartScan(int(part["part"]), count, stats.lines, candidates)  # type: ignore[call-overload]
 
     def read(self, parts: pa.Table, duplicates: Mapping[tuple[int, int], str]) -> StageResult:
         """Every record of `parts`: kept, or quarantined with a reason.
@@ -161,7 +164,10 @@ class RawStage(Stage):
         decides those across the whole batch and calls `read`."""
         return self.read(batch, {})
 
-    def _items(self, part: dict[str, object]) -> Iterator[ParsedRecord | UnreadableRecord]:
+    def _items(
+        self, part: dict[str, object], stats: ReadStats | None = None
+    ) -> Iterator[ParsedRecord | UnreadableRecord]:
+        """The part's items; `stats`, if given, gets the reader's line count at the end."""
         fs, path = filesystem_for(str(part["file_uri"]), self.s3_endpoint)
         start, end = int(part["start"]), int(part["end"])  # type: ignore[call-overload]
         with _open_part(fs, path, start, end) as stream:
@@ -171,6 +177,8 @@ class RawStage(Stage):
                 file_level_items=bool(part["whole_file"]),
             )
             yield from reader
+        if stats is not None:
+            stats.lines = reader.stats.lines
         if not part["whole_file"] and part["file_items"] == 0 and start == 0:
             # A split file with no document at all: its first part says so, once for the file.
             yield UnreadableRecord(
@@ -254,6 +262,10 @@ def _document(
         "external_id": item.external_id,
         "content_type": item.content_type,
         "charset": item.charset,
+        # Where the record is in the landed file: a part's offsets count from its start.
+        "record_offset": None if item.offset is None else int(part["start"]) + item.offset,  # type: ignore[call-overload]
+        "record_line": None if item.line is None else int(part["first_line"]) + item.line - 1,  # type: ignore[call-overload]
+        "warc_record_id": item.warc_record_id,
         "raw_size": len(item.content),
         "raw_content": item.content,
     }

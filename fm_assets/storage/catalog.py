@@ -92,6 +92,9 @@ def _load_table(settings: Settings, name: str) -> Table:
         if len(table.spec().fields) < len(spec.partition_by):
             _partition(catalog, identifier, table, spec.partition_by)
             table = catalog.load_table(identifier)
+        if set(spec.schema.names) - set(table.schema().column_names):
+            _add_columns(catalog, identifier, table, spec.schema)
+            table = catalog.load_table(identifier)
         return table
     with _lock:
         table = catalog.create_table_if_not_exists(
@@ -109,6 +112,29 @@ def _partition(catalog: Catalog, identifier: str, table: Table, columns: tuple[s
         except CommitFailedException:
             table = catalog.load_table(identifier)
             if len(table.spec().fields) < len(columns):
+                raise
+
+
+def _add_columns(catalog: Catalog, identifier: str, table: Table, schema: pa.Schema) -> None:
+    """Give a table written by an older platform the columns its declaration gained since.
+
+    New columns are nullable, so the old files read as nulls in them; another process adding
+    them at the same time is fine.
+    """
+    missing = [f for f in schema if f.name not in table.schema().column_names]
+    required = [f.name for f in missing if not f.nullable]
+    if required:
+        raise ValueError(
+            f"table {identifier} lacks the required columns {required} of its declaration; "
+            "a column added to a declared table must be nullable (old rows have no value)"
+        )
+    with _lock:
+        try:
+            with table.update_schema() as update:
+                update.union_by_name(pa.schema(missing))
+        except CommitFailedException:
+            table = catalog.load_table(identifier)
+            if set(schema.names) - set(table.schema().column_names):
                 raise
 
 

@@ -121,7 +121,7 @@ def land_files(
     *,
     source: str,
     license: str,
-    namespace: str = "default",
+    namespace: str = "cloud",
 ) -> tuple[BatchManifest, bool]:
     """Copy `paths` into a new immutable batch; return (manifest, created).
 

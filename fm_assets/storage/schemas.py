@@ -32,6 +32,12 @@ RAW_DOCUMENTS = pa.schema(
         *PROVENANCE_FIELDS,
         pa.field("content_type", pa.string(), nullable=False),  # "html" or "text"
         pa.field("charset", pa.string(), nullable=True),  # declared by HTTP header / meta, if any
+        # Where the record is in its landed file: its byte offset (for gzip files, the offset
+        # of the gzip member holding it: one member per record in Common Crawl's WARCs), the
+        # JSONL line, the WARC-Record-ID. Null in rows written before they were recorded.
+        pa.field("record_offset", pa.int64(), nullable=True),
+        pa.field("record_line", pa.int64(), nullable=True),
+        pa.field("warc_record_id", pa.string(), nullable=True),
         pa.field("raw_size", pa.int64(), nullable=False),
         pa.field("raw_content", pa.large_binary(), nullable=False),
     ]
