@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from fm_assets.settings import Settings
 from fm_assets.storage.catalog import open_catalog
+from fm_assets.storage.locks import exclusive
 
 _METADATA = sa.MetaData()
 
@@ -78,8 +79,10 @@ def _engine(settings: Settings) -> sa.engine.Engine:
     """The catalog's own engine (one per process), with the bookkeeping tables created once."""
     engine: sa.engine.Engine = open_catalog(settings).engine  # type: ignore[attr-defined]
     if id(engine) not in _created:
-        _METADATA.create_all(engine, checkfirst=True)
-        _add_new_columns(engine)
+        # Two commands starting on a new FM_HOME would both see no table and both create it.
+        with exclusive(settings, "bookkeeping-tables"):
+            _METADATA.create_all(engine, checkfirst=True)
+            _add_new_columns(engine)
         _created.add(id(engine))
     return engine
 
