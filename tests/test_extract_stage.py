@@ -41,7 +41,7 @@ def raw_table(*pages: bytes) -> pa.Table:
                 "source_file": "pages.warc",
                 "source": "web",
                 "license": "CC-BY-4.0",
-                "namespace": "default",
+                "namespace": "cloud",
                 "url": f"http://x/{index}",
                 "lang_hint": None,
                 "external_id": None,

@@ -42,7 +42,7 @@ def _raw_documents() -> tuple[pa.Table, dict[str, str]]:
                 "source_file": f"{page_id}.html.gz",
                 "source": "article-extraction-benchmark",
                 "license": "MIT",
-                "namespace": "default",
+                "namespace": "cloud",
                 "url": item["url"],
                 "lang_hint": None,
                 "external_id": page_id,

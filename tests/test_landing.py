@@ -30,8 +30,13 @@ def test_same_files_land_as_the_same_batch(fm_settings: Settings, tmp_path: Path
     assert (manifest.source, manifest.license, manifest.namespace) == ("unit", "CC0-1.0", "cloud")
     assert all(len(f.sha256) == 64 and f.size > 0 for f in manifest.files)
     assert manifest.tool_version and manifest.ingested_at
-    # No temporary prefix is left behind once a batch is published.
-    assert store.list_dir("landing/tmp") == []
+    # The bytes live under their data namespace's prefix (bucket policies match it), and no
+    # temporary file is left behind once a batch is published.
+    prefix = f"landing/data/cloud/{first.batch_id}"
+    assert {f.key.rpartition("/")[0] for f in manifest.files} == {prefix}
+    names = sorted(f.key.rpartition("/")[2] for f in manifest.files)
+    assert store.list_dir(prefix) == names
+    assert store.list_dir("landing/data") == ["cloud"]
 
 
 def test_relanding_with_other_metadata_is_refused(fm_settings: Settings, tmp_path: Path) -> None:
@@ -62,6 +67,22 @@ def test_bad_arguments_fail_with_a_message(fm_settings: Settings, tmp_path: Path
     path.write_text("x")
     with pytest.raises(ValueError, match="--source"):
         land_files(store, [path], source="a/b", license="MIT")
+    for namespace in ("On-Device", "a/b", "", "../x"):
+        with pytest.raises(ValueError, match="--namespace must be lower-case"):
+            land_files(store, [path], source="unit", license="MIT", namespace=namespace)
+
+
+def test_each_namespace_lands_under_its_own_prefix(fm_settings: Settings, tmp_path: Path) -> None:
+    store = open_object_store(fm_settings)
+    device, web = tmp_path / "device.txt", tmp_path / "web.txt"
+    device.write_text("typed on a phone")
+    web.write_text("read on a page")
+    on_device, _ = land_files(store, [device], source="kb", license="MIT", namespace="on-device")
+    cloud, _ = land_files(store, [web], source="crawl", license="MIT", namespace="cloud")
+    assert store.list_dir("landing/data") == ["cloud", "on-device"]
+    assert store.list_dir("landing/data/on-device") == [on_device.batch_id]
+    assert all(f.key.startswith("landing/data/on-device/") for f in on_device.files)
+    assert all(f.key.startswith("landing/data/cloud/") for f in cloud.files)
 
 
 def test_fm_land_prints_the_batch_id_last(fm_settings: Settings, tmp_path: Path) -> None:

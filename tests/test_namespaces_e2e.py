@@ -104,3 +104,34 @@ def test_the_namespace_policy_comes_from_the_policy_file(tmp_path: Path) -> None
     policy_file.write_text('[namespaces]\nnever_together = [["cloud"]]\n')
     with pytest.raises(ValueError, match="malformed pairs"):
         load_namespace_policy(settings)
+
+
+@pytest.mark.slow
+def test_each_namespaces_bytes_live_under_its_own_prefixes(landed: Landed) -> None:
+    """What a bucket policy matches (`deploy/iam/namespaces.example.json`): the landed files,
+    every data file of every document table and the shard sets of each namespace."""
+    from fm_assets.execution import pipeline
+    from fm_assets.storage import catalog
+    from fm_assets.storage.objectstore import open_object_store
+
+    s = landed.settings
+    store = open_object_store(s)
+    assert store.list_dir("landing/data") == ["on-device", "web-unverified"]
+    for batch, namespace in (
+        (landed.device_batch, "on-device"),
+        (landed.web_batch, "web-unverified"),
+    ):
+        for stage in pipeline.STAGE_NAMES:
+            table = catalog.load_table(s, stage)
+            paths = [
+                task.file.file_path
+                for task in table.scan(
+                    row_filter=catalog.where_equal("batch_id", batch)
+                ).plan_files()
+            ]
+            assert paths, f"{stage} holds no data file of {batch}"
+            assert all(f"/namespace={namespace}/" in p for p in paths), (stage, paths)
+    info = register_tokenizer(s, NEOX_TOKENIZER)
+    web, _ = create_version(s, "webonly@v1", [landed.web_batch], run_id=None)
+    built = build_shard_set(s, web.version_key, info, 128)
+    assert store.key_of(built.uri).startswith("shards/web-unverified/webonly/v1/")

@@ -140,7 +140,7 @@ def test_shard_set_on_s3_streams_through_make_dataset(
     fs = production.s3.filesystem()
     dataset_name, number = cli_path.version_key.split("@v")
     selector = pafs.FileSelector(
-        f"{production.bucket}/{production.prefix}/platform/shards/{dataset_name}/v{number}",
+        f"{production.bucket}/{production.prefix}/platform/shards/cloud/{dataset_name}/v{number}",
         recursive=True,
     )
     names = [i.base_name for i in fs.get_file_info(selector) if i.type == pafs.FileType.File]

@@ -109,6 +109,7 @@ def test_landed_files_and_log_are_in_the_bucket(platform: S3Platform) -> None:
     prefix = f"{OBJECTS}/landing/batches/{platform.batch.batch_id}"
     (landed,) = platform.batch.files
     assert objects[f"{OBJECTS}/{landed.key}"] == WARC.stat().st_size
+    assert landed.key.startswith(f"landing/data/cloud/{platform.batch.batch_id}/")
     assert f"{prefix}/manifest.json" in objects
     with platform.s3.filesystem().open_input_stream(
         f"{platform.s3.bucket}/{OBJECTS}/{landed.key}", compression=None
@@ -192,7 +193,8 @@ def test_shard_set_is_published_in_the_bucket(platform: S3Platform) -> None:
 
     dataset, number = platform.version_key.split("@v")
     config = platform.shard_set_key.split("/")[-1]
-    prefix = f"{OBJECTS}/shards/{dataset}/v{number}/{config}"
+    # Below the namespaces its documents come from: a bucket policy grants trainers those.
+    prefix = f"{OBJECTS}/shards/cloud/{dataset}/v{number}/{config}"
     assert platform.row["uri"] == f"s3://{platform.s3.bucket}/{prefix}"
     objects = platform.keys(prefix)
     with platform.s3.filesystem().open_input_stream(

@@ -127,7 +127,7 @@ def test_provenance_survives_every_stage(spine: Spine) -> None:
             assert (row["source"], row["license"], row["namespace"]) == (
                 "commoncrawl",
                 "Apache-2.0",
-                "default",
+                "cloud",
             )
             assert row["record_id"] == origin["record_id"] and row["source_file"] in files
             assert row["url"] == origin["url"]
@@ -377,12 +377,13 @@ def test_dataset_card_is_attached_to_the_version_and_written_next_to_the_shard_s
 ) -> None:
     import dagster as dg
 
-    from fm_assets.shards.build import shard_set_prefix
+    from fm_assets.shards.build import read_shard_set_row
     from fm_assets.storage.objectstore import open_object_store
 
     store = open_object_store(spine.settings)
-    config = spine.shard_set_key.split("/", 1)[1]
-    card_dir = f"{shard_set_prefix(spine.version_key, config)}/card"
+    row = read_shard_set_row(spine.settings, spine.shard_set_key)
+    assert row is not None
+    card_dir = f"{store.key_of(str(row['uri']))}/card"
     markdown = store.read_bytes(f"{card_dir}/dataset_card.md").decode()
     assert spine.version_key in markdown and "near_duplicate" in markdown
     for plot in ("waterfall.png", "tokens_per_document.png"):

@@ -74,7 +74,7 @@ def _write_cards(settings: Settings, report: RevocationReport) -> None:
     """Each replacement version's dataset card, with its revocation section, where the version's
     and its shard sets' cards live."""
     from fm_assets.cards.build import build_card, write_card_to_store
-    from fm_assets.shards.build import parse_shard_config, shard_set_prefix
+    from fm_assets.shards.build import read_shard_set_row
     from fm_assets.storage.objectstore import open_object_store
     from fm_assets.versions.dataset_version import require_version
 
@@ -99,11 +99,10 @@ def _write_cards(settings: Settings, report: RevocationReport) -> None:
         for row in report.shard_sets:
             key = row["replacement"]
             if key and key.startswith(f"{version.version_key}/"):
-                config = key.split("/", 1)[1]
-                parse_shard_config(config)  # a malformed key fails here, before any write
-                write_card_to_store(
-                    card, store, f"{shard_set_prefix(version.version_key, config)}/card"
-                )
+                built = read_shard_set_row(settings, key)
+                if built is None:
+                    raise ValueError(f"replacement shard set {key} is not registered")
+                write_card_to_store(card, store, f"{store.key_of(str(built['uri']))}/card")
         _echo(f"wrote the dataset card of {version.version_key}")
 
 

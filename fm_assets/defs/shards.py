@@ -17,7 +17,6 @@ from fm_assets.shards.build import (
     build_shard_set,
     parse_shard_config,
     shard_set_key,
-    shard_set_prefix,
 )
 from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions.dataset_version import require_version
@@ -71,9 +70,8 @@ def shard_set(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.Materiali
         outcomes = evaluate(SHARD_SET.to_user_string(), SHARD_SET_CHECKS, subject)
     partition = shard_set_key(version_key, config)
     card = build_card(settings, version)
-    card_uris = write_card_to_store(
-        card, open_object_store(settings), f"{shard_set_prefix(version_key, config)}/card"
-    )
+    store = open_object_store(settings)
+    card_uris = write_card_to_store(card, store, f"{store.key_of(build.uri)}/card")
     return dg.MaterializeResult(
         metadata={
             "shard_set_key": manifest.shard_set_key,

@@ -17,7 +17,7 @@ import datetime as dt
 import hashlib
 import re
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,10 +61,16 @@ class ShardSetBuild:
     created: bool
 
 
-def shard_set_prefix(version_key: str, config: str) -> str:
-    """Where a shard set lives inside the object store (its dataset card in `card/` below)."""
+def shard_set_prefix(version_key: str, config: str, namespaces: Sequence[str]) -> str:
+    """Where a shard set lives inside the object store (its dataset card in `card/` below).
+
+    Below the data namespaces its documents come from (`shards/cloud/web/v3/<config>`, or
+    `shards/cloud.web-unverified/...` for a version holding both), so a bucket policy can let a
+    trainer read exactly the namespaces it may (`deploy/iam/`).
+    """
     dataset, number = parse_version_key(version_key)
-    return f"shards/{dataset}/v{number}/{config}"
+    held = ".".join(sorted(namespaces)) or "none"
+    return f"shards/{held}/{dataset}/v{number}/{config}"
 
 
 def shard_config_key(tokenizer_hash: str, seq_len: int) -> str:
@@ -166,9 +172,15 @@ def build_shard_set(
     config = shard_config_key(tokenizer.tokenizer_hash, seq_len)
     key = shard_set_key(version_key, config)
     store = open_object_store(settings)
-    prefix = shard_set_prefix(version_key, config)
-    manifest_key = f"{prefix}/{MANIFEST_NAME}"
+    namespaces = namespaces_of(settings, version)
     existing = read_shard_set_row(settings, key)
+    # A set built already stays where it was written (an older platform laid sets out otherwise).
+    prefix = (
+        store.key_of(str(existing["uri"]))
+        if existing is not None
+        else shard_set_prefix(version_key, config, namespaces)
+    )
+    manifest_key = f"{prefix}/{MANIFEST_NAME}"
     if existing is not None and store.exists(manifest_key):
         manifest = ShardSetManifest.from_json(store.read_bytes(manifest_key).decode("utf-8"))
         if manifest.version_content_hash == version.content_hash:
@@ -203,8 +215,6 @@ def build_shard_set(
         pipeline_version=PIPELINE_VERSION,
     )
 
-    namespaces = namespaces_of(settings, version)
-
     def write(out_dir: str) -> ShardSetManifest:
         written = write_shard_set(
             sequences_with_tokens(sequences, docs),
@@ -223,7 +233,15 @@ def build_shard_set(
     # Before the set's row: a registered set always has its lineage.
     record_lineage(settings, key, sequences)
     register_shard_set(
-        settings, store, key, version_key, tokenizer.tokenizer_hash, seq_len, manifest, run_id
+        settings,
+        store,
+        key,
+        prefix,
+        version_key,
+        tokenizer.tokenizer_hash,
+        seq_len,
+        manifest,
+        run_id,
     )
     return ShardSetBuild(manifest, store.uri(prefix), documents_tokens, created=True)
 
@@ -232,15 +250,16 @@ def register_shard_set(
     settings: Settings,
     store: ObjectStore,
     key: str,
+    prefix: str,
     version_key: str,
     tokenizer_hash: str,
     seq_len: int,
     manifest: ShardSetManifest,
     run_id: str | None,
 ) -> None:
-    """Append the published set's `shard_sets` row: what `make_dataset` resolves."""
+    """Append the `shard_sets` row of the set published at `prefix`: what `make_dataset`
+    resolves."""
     config = shard_config_key(tokenizer_hash, seq_len)
-    prefix = shard_set_prefix(version_key, config)
     manifest_key = f"{prefix}/{MANIFEST_NAME}"
     row = {
         "shard_set_key": key,

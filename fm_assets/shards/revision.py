@@ -82,11 +82,12 @@ def rebuild_without(
         return Rebuilt(built.manifest.shard_set_key, size, size, n, n)
 
     store = open_object_store(settings)
-    old_prefix = shard_set_prefix(str(old_row["version_key"]), config)
+    old_prefix = store.key_of(str(old_row["uri"]))
     old = ShardSetManifest.from_json(store.read_bytes(f"{old_prefix}/{MANIFEST_NAME}").decode())
     old_index = json.loads(store.read_bytes(f"{old_prefix}/{INDEX_NAME}"))
     new_key = shard_set_key(replacement.version_key, config)
-    new_prefix = shard_set_prefix(replacement.version_key, config)
+    namespaces = namespaces_of(settings, replacement)
+    new_prefix = shard_set_prefix(replacement.version_key, config, namespaces)
     header = ShardSetHeader(
         shard_set_key=new_key,
         source_version=replacement.version_key,
@@ -172,7 +173,7 @@ def rebuild_without(
     )
     store.write_bytes_atomic(
         f"{new_prefix}/{NAMESPACES_NAME}",
-        namespaces_json(namespaces_of(settings, replacement)).encode(),
+        namespaces_json(namespaces).encode(),
     )
     # The manifest last: its presence publishes the set.
     store.write_bytes_atomic(f"{new_prefix}/{MANIFEST_NAME}", manifest.to_json().encode())
@@ -181,6 +182,7 @@ def rebuild_without(
         settings,
         store,
         new_key,
+        new_prefix,
         replacement.version_key,
         old.tokenizer_hash,
         seq_len,

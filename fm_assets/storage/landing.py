@@ -2,12 +2,15 @@
 
 Layout in the object store:
 
-    landing/batches/<batch_id>/files/<sha256[:16]>-<name>   the landed bytes, never modified
-    landing/batches/<batch_id>/manifest.json               written last: its presence publishes
-    landing/published/<ingest ns>-<batch_id>               append-only log the sensor follows
+    landing/data/<namespace>/<batch_id>/<sha256[:16]>-<name>   the landed bytes, never modified
+    landing/batches/<batch_id>/manifest.json      written last: its presence publishes the batch
+    landing/published/<ingest ns>-<batch_id>      append-only log the sensor follows
 
-A batch id derives from the files' content alone, so landing the same files again finds the
-existing batch and does no new work.
+The landed bytes live under their data namespace's prefix, so a bucket policy can keep a role
+away from a namespace's data (`deploy/iam/`); manifests hold only metadata. (Batches landed
+before this layout keep their files under `landing/batches/<batch_id>/files/`: a manifest names
+every file's key.) A batch id derives from the files' content alone, so landing the same files
+again finds the existing batch and does no new work.
 """
 
 from __future__ import annotations
@@ -15,8 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import shutil
-import uuid
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -88,6 +90,16 @@ def _batch_prefix(batch_id: str) -> str:
     return f"landing/batches/{batch_id}"
 
 
+def data_prefix(namespace: str, batch_id: str) -> str:
+    """Where a batch's landed bytes live: below its data namespace's own prefix."""
+    return f"landing/data/{namespace}/{batch_id}"
+
+
+# Lower-case letters, digits and hyphens: a namespace names object-store prefixes and catalog
+# entries, and bucket policies match them.
+_NAMESPACE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+
+
 def read_manifest(store: ObjectStore, batch_id: str) -> BatchManifest:
     key = f"{_batch_prefix(batch_id)}/manifest.json"
     if not store.exists(key):
@@ -130,9 +142,14 @@ def land_files(
     """
     if not paths:
         raise ValueError("nothing to land: name at least one file")
-    for name, value in (("source", source), ("license", license), ("namespace", namespace)):
+    for name, value in (("source", source), ("license", license)):
         if not value or "/" in value:
             raise ValueError(f"--{name} must be a non-empty name without '/', got {value!r}")
+    if not _NAMESPACE.fullmatch(namespace):
+        raise ValueError(
+            f"--namespace must be lower-case letters, digits and hyphens (e.g. cloud, on-device), "
+            f"got {namespace!r}"
+        )
     resolved = []
     for path in paths:
         path = Path(path)
@@ -165,7 +182,7 @@ def land_files(
             name=path.name,
             sha256=sha,
             size=size,
-            key=f"{prefix}/files/{sha[:16]}-{path.name}",
+            key=f"{data_prefix(namespace, batch_id)}/{sha[:16]}-{path.name}",
         )
         for sha, (path, size) in sorted(unique.items(), key=lambda item: item[1][0].name)
     )
@@ -180,10 +197,7 @@ def land_files(
         files=files,
     )
     sources = {sha: path for sha, (path, _) in unique.items()}
-    if store.is_local:
-        _publish_local(store, manifest, sources)
-    else:
-        _publish_remote(store, manifest, sources)
+    _publish(store, manifest, sources)
     _log_publication(store, batch_id)
     return manifest, True
 
@@ -193,30 +207,15 @@ def _log_publication(store: ObjectStore, batch_id: str) -> None:
     store.write_bytes_atomic(f"landing/published/{stamp}-{batch_id}", b"")
 
 
-def _publish_local(store: ObjectStore, manifest: BatchManifest, sources: dict[str, Path]) -> None:
-    """Build the batch under a temporary prefix, then rename it into place in one step."""
-    tmp_key = f"landing/tmp/{uuid.uuid4().hex}"
-    tmp_dir = Path(store.path(tmp_key))
-    (tmp_dir / "files").mkdir(parents=True)
-    try:
-        for landed in manifest.files:
-            shutil.copyfile(sources[landed.sha256], tmp_dir / "files" / Path(landed.key).name)
-        (tmp_dir / "manifest.json").write_text(manifest.to_json())
-        final = Path(store.path(_batch_prefix(manifest.batch_id)))
-        final.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            tmp_dir.rename(final)
-        except OSError:
-            if not (final / "manifest.json").exists():
-                raise
-            # Another process published the same batch first; theirs is identical.
-    finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
+def _publish(store: ObjectStore, manifest: BatchManifest, sources: dict[str, Path]) -> None:
+    """Put every file in place, then write the manifest, which publishes the batch.
 
-
-def _publish_remote(store: ObjectStore, manifest: BatchManifest, sources: dict[str, Path]) -> None:
-    """Object stores have no rename: upload the files, then the manifest, which publishes."""
+    Each file appears whole (an atomic rename locally, one upload on S3). A crash before the
+    manifest leaves files no manifest names; landing the same files again rewrites them.
+    """
     for landed in manifest.files:
+        if store.size(landed.key) == landed.size:
+            continue  # a landing that crashed before its manifest copied it already
         store.upload_file(sources[landed.sha256], landed.key)
     store.write_bytes_atomic(
         f"{_batch_prefix(manifest.batch_id)}/manifest.json", manifest.to_json().encode()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,13 @@ class ObjectStore:
     def uri(self, key: str) -> str:
         return f"{self.uri_prefix.rstrip('/')}/{key.lstrip('/')}"
 
+    def key_of(self, uri: str) -> str:
+        """The key of a URI inside this store (the inverse of `uri`)."""
+        prefix = self.uri_prefix.rstrip("/") + "/"
+        if not uri.startswith(prefix):
+            raise ValueError(f"{uri} is not inside the object store {self.uri_prefix}")
+        return uri.removeprefix(prefix)
+
     def exists(self, key: str) -> bool:
         info = with_retries(lambda: self.fs.get_file_info(self.path(key)), what=f"looking up {key}")
         return info.type != pafs.FileType.NotFound
@@ -81,7 +89,18 @@ class ObjectStore:
                 f.write(data)
 
     def upload_file(self, local_path: Path, key: str) -> None:
-        """Copy a local file to `key`; on S3 the object appears whole when the upload completes."""
+        """Copy a local file to `key` so that it appears whole: on S3 when the upload completes,
+        locally by renaming a finished copy into place."""
+        if self.is_local:
+            final = Path(self.path(key))
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = final.with_name(f"{final.name}.tmp-{uuid.uuid4().hex}")
+            try:
+                shutil.copyfile(local_path, tmp)
+                os.replace(tmp, final)
+            finally:
+                tmp.unlink(missing_ok=True)
+            return
         with (
             open(local_path, "rb") as src,
             # compression=None: pyarrow would otherwise compress by the key's extension.
