@@ -8,6 +8,7 @@ import os
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,11 +154,10 @@ def _upload(s3: S3Server, local: Built) -> str:
 
 
 def _served(local: Built, samples: list[list[int]], kind: Kind) -> None:
-    expected = sorted(local.expected_ids(i).tolist() for i in range(local.num_samples))
+    expected = Counter(tuple(local.expected_ids(i).tolist()) for i in range(local.num_samples))
     kind.runs += 1
     kind.records += local.num_samples
-    got = sorted(samples)
-    kind.lost += sum(1 for ids in expected if ids not in got) if got != expected else 0
+    kind.lost += sum((expected - Counter(tuple(ids) for ids in samples)).values())
 
 
 def _download(home: Path, proxy: FlakyProxy, uri: str, local: Built, kind: Kind) -> None:

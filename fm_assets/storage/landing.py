@@ -159,6 +159,17 @@ def read_manifest(store: ObjectStore, batch_id: str) -> BatchManifest:
         ) from exc
 
 
+def manifest_checksum(store: ObjectStore, batch_id: str) -> tuple[str, str, int]:
+    """(URI, sha256, size) of a batch's manifest as stored now.
+
+    The manifest has no checksum of its own and a flipped bit in its metadata (a license, a
+    source) still parses: the raw stage pins this on its first run, `fm verify` compares.
+    """
+    key = f"{_batch_prefix(batch_id)}/manifest.json"
+    data = store.read_bytes(key)
+    return store.uri(key), hashlib.sha256(data).hexdigest(), len(data)
+
+
 def list_batches(store: ObjectStore) -> list[BatchManifest]:
     """All published batches in publication order."""
     return [read_manifest(store, batch_id) for _, batch_id in published_log(store)]
