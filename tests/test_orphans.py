@@ -40,3 +40,14 @@ def test_files_of_a_run_that_never_committed_are_swept_and_committed_ones_kept(
     assert not any(_path(f.file_path).exists() for f in orphaned)
     assert all(_path(f.file_path).exists() for f in committed)
     assert catalog.read_batch(fm_settings, "quarantine", "b-1").num_rows == 3
+
+
+def test_a_table_whose_only_commit_replaced_a_partition_with_nothing_is_swept(
+    fm_settings: Settings,
+) -> None:
+    """Such a snapshot holds no manifest (every run that quarantines nothing commits one)."""
+    data_files.commit_files(
+        fm_settings, "quarantine", catalog.where_equal("batch_id", "b-1"), [], {}
+    )
+    assert catalog.load_table(fm_settings, "quarantine").current_snapshot() is not None
+    assert sweep_orphans(fm_settings, grace=dt.timedelta(0)).files == 0
