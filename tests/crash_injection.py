@@ -5,9 +5,10 @@ tests/crash_driver.py, which runs every stage of a batch, cuts its version and b
 set, as a Dagster run of them does, and reports each step's start and progress messages. A kill
 point is a step, one of the step's progress moments in an uninterrupted run (its start, its
 planning, each batch of Ray tasks done, ...; never its last message, which follows its commit)
-and a random delay after it: killing there means starting the driver, waiting for that moment
-of the step, sleeping the delay and SIGKILLing its process group. A worker kill SIGKILLs one Ray
-worker busy with a platform task, found in the process tree of the Ray head.
+and a random delay after it, below the step's mean time between moments: killing there means
+starting the driver, waiting for that moment of the step, sleeping the delay and SIGKILLing its
+process group. A worker kill SIGKILLs one Ray worker busy with a platform task, found in the
+process tree of the Ray head.
 
 What a crash may leave is compared with an uninterrupted run's result (`Contents`):
 - every table partition of the batch (quarantine rows per stage) is either absent or identical
@@ -193,12 +194,12 @@ def run_through(home: Home) -> Profile:
 
 @dataclass(frozen=True)
 class KillPoint:
-    """SIGKILL the run `delay_s` after a moment of `step`; before that, if `worker_in` names a
+    """SIGKILL the run a little after a moment of `step`; before that, if `worker_in` names a
     stage the run redoes first (the one killed last time), kill one of its busy Ray workers."""
 
     step: str
     moment: float  # which of the step's moments before its commit, as a fraction of them
-    delay_s: float  # after that moment
+    delay: float  # after that moment, as a fraction of the step's mean time between moments
     worker_in: str | None = None
 
 
@@ -217,9 +218,7 @@ def kill_points(seed: int, rounds: int = 1, worker_kills: int = 2) -> list[KillP
     # The point after a stage's kill redoes that stage: a worker kill goes there.
     after_stage = [i for i in range(1, len(points)) if points[i - 1].step in pipeline.STAGE_NAMES]
     for i in rng.sample(after_stage, min(worker_kills, len(after_stage))):
-        points[i] = KillPoint(
-            points[i].step, points[i].moment, points[i].delay_s, points[i - 1].step
-        )
+        points[i] = KillPoint(points[i].step, points[i].moment, points[i].delay, points[i - 1].step)
     return points
 
 
@@ -249,7 +248,7 @@ def crash_at(home: Home, point: KillPoint, profile: Profile, ray_head: int) -> K
             driver.finish()  # it ended (or failed) before the moment: say why
             return Kill(point, "finished", worker)
         # The step's last moment is followed by its commit: the delay may land in it (or past it).
-        time.sleep(min(point.delay_s, seconds))
+        time.sleep(point.delay * seconds / moments)
         if driver.process.poll() is not None:
             driver.finish()
             return Kill(point, "finished", worker)
