@@ -139,6 +139,11 @@ def test_two_sensor_ticks_racing_over_batches_landed_at_once_process_each_once(
             patch.setenv(name, value)
         instance = dagster_instance(settings)
         ticks = [_tick(instance, None), _tick(instance, None)]
+        for tick in ticks:  # what the daemon does with each tick's result before its runs
+            for added in tick.dynamic_partitions_requests or []:  # type: ignore[attr-defined]
+                instance.add_dynamic_partitions(
+                    added.partitions_def_name, list(added.partition_keys)
+                )
     requests = [r for tick in ticks for r in tick.run_requests or []]  # type: ignore[attr-defined]
     assert sorted(r.partition_key for r in requests) == sorted(batches * 2), "no race happened"
 
