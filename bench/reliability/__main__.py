@@ -83,6 +83,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             clean_after = verify(reference, VERSION_KEY).ok
             kinds = faults.measure(workdir / "faults", plan["fault_rounds"])
         finally:
+            import ray
+
+            # Disconnect first: a driver whose cluster disappears under it exits the process.
+            ray.shutdown()
             stop_local_ray(ray_home)
     targets = fuzz.measure(seed, plan["per_seed"], plan["stages"])
     atheris = fuzz.atheris_run(plan["atheris"])
