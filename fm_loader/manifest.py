@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +20,8 @@ MANIFEST_NAME = "fm_manifest.json"
 INDEX_NAME = "index.json"  # written by mosaicml-streaming's MDSWriter
 TOKEN_DTYPES = ("uint16", "uint32")
 _T = TypeVar("_T")
+_SHARD_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,200}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def mds_columns(seq_len: int, token_dtype: str) -> dict[str, str]:
@@ -95,7 +98,7 @@ class ShardSetManifest:
         """Parse and validate a manifest; unknown format versions and malformed fields raise."""
         try:
             obj = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:  # RecursionError: absurd nesting
             raise ValueError(f"manifest is not valid JSON: {exc}") from exc
         if not isinstance(obj, dict):
             raise ValueError("manifest must be a JSON object")
@@ -117,6 +120,20 @@ class ShardSetManifest:
     def _check_consistency(self) -> None:
         if self.token_dtype not in TOKEN_DTYPES:
             raise ValueError(f"manifest token_dtype {self.token_dtype!r} not in {TOKEN_DTYPES}")
+        if self.seq_len <= 0 or self.num_samples < 0 or self.num_tokens < 0:
+            raise ValueError(
+                f"manifest seq_len {self.seq_len}, num_samples {self.num_samples} and num_tokens "
+                f"{self.num_tokens} must be positive, non-negative and non-negative"
+            )
+        for shard in self.shards:
+            # Shard names become paths in the set's directory and keys in the object store: a
+            # bare file name only, never one that climbs out of the set.
+            if not _SHARD_NAME.fullmatch(shard.name):
+                raise ValueError(f"manifest shard name {shard.name!r:.80} is not a file name")
+            if not _SHA256.fullmatch(shard.sha256):
+                raise ValueError(f"manifest shard {shard.name} sha256 {shard.sha256!r:.80} is bad")
+            if min(shard.bytes, shard.samples, shard.tokens) < 0:
+                raise ValueError(f"manifest shard {shard.name} has a negative size or count")
         if sum(s.samples for s in self.shards) != self.num_samples:
             raise ValueError("manifest num_samples differs from the sum over its shards")
         if sum(s.tokens for s in self.shards) != self.num_tokens:

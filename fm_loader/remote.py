@@ -57,6 +57,11 @@ def filesystem_for(uri: str, s3_endpoint: str | None = None) -> tuple[pafs.FileS
     """
     if uri.startswith("s3://"):
         return s3_filesystem(s3_endpoint), uri.removeprefix("s3://")
+    if uri.startswith("file://"):
+        # Taken literally, as Iceberg writes and reads them: a partition value is %-encoded in
+        # the file's name on disk ("shard_set_key=web%40v1%2F..."); decoding it, as
+        # `FileSystem.from_uri` does, names another file.
+        return pafs.LocalFileSystem(), uri.removeprefix("file://")
     if "://" not in uri:
         return pafs.LocalFileSystem(), str(Path(uri).absolute())
     filesystem, path = pafs.FileSystem.from_uri(uri)

@@ -76,6 +76,18 @@ def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def ray_head_pid(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> int:
+    """The pid of the session's Ray head (`ray start`): its process tree holds the workers."""
+    import json
+
+    for state in Path(tmp_path_factory.getbasetemp()).glob("ray-home*/ray/head.json"):
+        head = json.loads(state.read_text())
+        if head["address"] == ray_address:
+            return int(head["pid"])
+    raise RuntimeError(f"the session's Ray head at {ray_address} left no head.json")
+
+
+@pytest.fixture(scope="session")
 def ray_session(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """This test process connected to the session's Ray."""
     import ray

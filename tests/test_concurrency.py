@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fm_assets.commands import operations
+from fm_assets.execution import pipeline
 from fm_assets.execution.runner import run_stage
 from fm_assets.settings import load_settings
 from fm_assets.storage import catalog
@@ -70,3 +71,103 @@ def test_batches_whose_raw_stages_run_at_once_keep_each_record_once(
     duplicates = [r for r in quarantined if r["rule"] == "exact_duplicate"]
     # Every landed record is kept once or quarantined as a duplicate of the kept one.
     assert all(r["doc_id"] in kept for r in duplicates)
+
+
+RUN_REQUEST = """
+import sys, json
+import dagster as dg
+from fm_assets.defs import build_definitions
+from fm_assets.defs.materialize import dagster_instance
+from fm_assets.settings import load_settings
+
+# What the daemon's run worker does with a sensor's run request: the job, in this process.
+partition, tags = sys.argv[1], json.loads(sys.argv[2])
+job = build_definitions().get_job_def("process_landing_batch")
+result = job.execute_in_process(
+    partition_key=partition, tags=tags, instance=dagster_instance(load_settings()),
+    raise_on_error=False,
+)
+sys.exit(0 if result.success else 1)
+"""
+
+
+def _tick(instance: object, cursor: str | None) -> object:
+    import dagster as dg
+
+    from fm_assets.definitions import defs
+
+    sensor = defs.resolve_sensor_def("new_landing_batch_sensor")
+    context = dg.build_sensor_context(
+        instance=instance,  # type: ignore[arg-type]
+        cursor=cursor,
+        resources={"fm": defs.resources["fm"]},
+    )
+    return sensor(context)
+
+
+def test_two_sensor_ticks_racing_over_batches_landed_at_once_process_each_once(
+    ray_address: str, tmp_path: Path
+) -> None:
+    """Two ticks evaluated from the same cursor (two daemons, or the UI's test tick beside the
+    daemon's) both request every new batch; all their runs start at once. Each stage of each
+    batch is committed once and a record the batches share is kept once."""
+    import json
+
+    from fm_assets.defs.materialize import dagster_instance
+    from fm_assets.registries.tokenizers import register_tokenizer
+    from fm_assets.storage.bookkeeping import stage_runs
+    from tests.paths import NEOX_TOKENIZER, WARC_DIR
+
+    page = WARC_DIR / "cc-main-2024-22-whirlwind.warc.gz"
+    text = WARC_DIR / "cc-main-2024-22-whirlwind.warc.wet.gz"
+    alone = load_settings(_env(tmp_path / "alone"))
+    both, _ = operations.land(alone, [page, text], source="cc", license="CC0-1.0")
+    run_stage(alone, "raw_documents", both.batch_id)
+    distinct = set(catalog.read_table(alone, "raw_documents").column("doc_id").to_pylist())
+
+    home = tmp_path / "racing"
+    env = _env(home) | {"DAGSTER_HOME": str(home / "dagster")}
+    settings = load_settings(env)
+    register_tokenizer(settings, NEOX_TOKENIZER, make_default=True)
+    # Landed at once: both published before any tick; they share the page's record.
+    batches = [
+        operations.land(settings, files, source="cc", license="CC0-1.0")[0].batch_id
+        for files in ([page], [page, text])
+    ]
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        instance = dagster_instance(settings)
+        ticks = [_tick(instance, None), _tick(instance, None)]
+        for tick in ticks:  # what the daemon does with each tick's result before its runs
+            for added in tick.dynamic_partitions_requests or []:  # type: ignore[attr-defined]
+                instance.add_dynamic_partitions(
+                    added.partitions_def_name, list(added.partition_keys)
+                )
+    requests = [r for tick in ticks for r in tick.run_requests or []]  # type: ignore[attr-defined]
+    assert sorted(r.partition_key for r in requests) == sorted(batches * 2), "no race happened"
+
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RUN_REQUEST, r.partition_key, json.dumps(dict(r.tags))],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in requests
+    ]
+    errors = [run.communicate(timeout=900)[1] for run in runs]
+    assert [run.returncode for run in runs] == [0] * len(runs), [e[-2000:] for e in errors]
+
+    committed = Counter((r["batch_id"], r["stage"]) for r in stage_runs(settings))
+    assert set(committed) == {(b, s) for b in batches for s in pipeline.STAGE_NAMES}
+    assert [key for key, n in committed.items() if n > 1] == [], "a stage was committed twice"
+    kept = Counter(catalog.read_table(settings, "raw_documents").column("doc_id").to_pylist())
+    assert [doc for doc, n in kept.items() if n > 1] == [], "a record was kept by two batches"
+    assert set(kept) == distinct
+    # A later tick sees both batches processed and requests nothing.
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        later = _tick(dagster_instance(settings), None)
+    assert not later.run_requests  # type: ignore[attr-defined]

@@ -75,3 +75,90 @@ def test_a_store_that_stays_down_is_named_unavailable(
     finally:
         proxy.heal()
     assert not any((tmp_path / "cache").glob("*/fm_manifest.json")), "a partial set was cached"
+
+
+PREFETCH, BATCH, STEP_S, HOLD_S = 4, 4, 0.1, 4.0
+
+
+def _batch_of_first_use(local: Built, order: list[list[int]]) -> dict[int, int]:
+    """For each shard, the first batch (of `order`, the batches' sample indices) that reads it."""
+    bounds = np.cumsum([s.samples for s in local.manifest.shards])
+    first: dict[int, int] = {}
+    for number, batch in enumerate(order):
+        for shard in np.searchsorted(bounds, batch, side="right").tolist():
+            first.setdefault(int(shard), number)
+    return first
+
+
+def test_a_stalled_shard_fetch_is_covered_by_the_prefetched_batches_and_shows_as_stall(
+    remote_set: tuple[Built, str, FlakyProxy], tmp_path: Path
+) -> None:
+    """A cached shard that fails its checksum is fetched again from the store, which stops
+    answering for a while: the trainer keeps getting the batches already prefetched, then waits
+    until the fetch completes; the wait shows in the stall metric and the fetch in its latency."""
+    import threading
+    import time
+
+    local, uri, proxy = remote_set
+    settings, cache = _settings(proxy, tmp_path), tmp_path / "cache"
+    first_pass = make_loader(
+        make_dataset(uri, settings=settings, cache_dir=cache), batch_size=BATCH
+    )
+    order = [batch["sample_index"].tolist() for batch in first_pass]
+    first_use = _batch_of_first_use(local, order)
+    # A shard first read well after the prefetch queue has filled, with batches after it.
+    shard = min(s for s, b in first_use.items() if PREFETCH + 3 <= b < len(order) - 2)
+    info = local.manifest.shards[shard]
+    (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    good = (entry / info.name).read_bytes()
+    damaged = bytearray(good)
+    damaged[len(damaged) // 2] ^= 0x01
+    (entry / info.name).write_bytes(bytes(damaged))
+
+    loader = make_loader(
+        make_dataset(uri, settings=settings, cache_dir=cache),
+        batch_size=BATCH,
+        prefetch_batches=PREFETCH,
+    )
+    received: list[list[int]] = []
+    waits: list[float] = []
+    tokens: list[list[int]] = []
+
+    def train() -> None:
+        batches = iter(loader)
+        while True:
+            started = time.perf_counter()
+            batch = next(batches, None)
+            waits.append(time.perf_counter() - started)
+            if batch is None:
+                return
+            received.append(batch["sample_index"].tolist())
+            tokens.extend(batch["input_ids"].tolist())
+            time.sleep(STEP_S)  # the training step
+
+    proxy.stall()
+    trainer = threading.Thread(target=train, daemon=True)
+    try:
+        trainer.start()
+        assert proxy.stalled.wait(timeout=120), "the damaged shard was never fetched again"
+        served_before = len(received)
+        time.sleep(HOLD_S)
+        served_during = len(received) - served_before
+    finally:
+        proxy.resume()
+    trainer.join(timeout=120)
+    assert not trainer.is_alive(), "the trainer never got past the stalled fetch"
+
+    # Nothing lost: every sample once, with its tokens; the shard in the cache is whole again.
+    assert received == order
+    assert sorted(tokens) == sorted(local.expected_ids(i).tolist() for i in range(len(tokens)))
+    assert (entry / info.name).read_bytes() == good
+    # While the fetch was held the trainer went on with what was prefetched, then waited.
+    assert served_before < first_use[shard], "the fetch started before its shard was needed?"
+    assert 1 <= served_during <= PREFETCH + 1, served_during
+    stall = max(waits)
+    assert stall >= 1.0, f"the trainer never waited for the held fetch: {waits}"
+    metrics = loader.metrics.snapshot()
+    assert loader.metrics.wait_s >= stall - 0.25, (loader.metrics.wait_s, stall)
+    assert metrics["stall_fraction"] > 0
+    assert metrics["shard_fetch_max_s"] >= HOLD_S, metrics

@@ -6,6 +6,8 @@ import datetime as dt
 import uuid
 from pathlib import Path
 
+import pyarrow as pa
+
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog, data_files
 from fm_assets.storage.orphans import sweep_orphans
@@ -40,3 +42,35 @@ def test_files_of_a_run_that_never_committed_are_swept_and_committed_ones_kept(
     assert not any(_path(f.file_path).exists() for f in orphaned)
     assert all(_path(f.file_path).exists() for f in committed)
     assert catalog.read_batch(fm_settings, "quarantine", "b-1").num_rows == 3
+
+
+def test_a_table_whose_only_commit_replaced_a_partition_with_nothing_is_swept(
+    fm_settings: Settings,
+) -> None:
+    """Such a snapshot holds no manifest (every run that quarantines nothing commits one)."""
+    data_files.commit_files(
+        fm_settings, "quarantine", catalog.where_equal("batch_id", "b-1"), [], {}
+    )
+    assert catalog.load_table(fm_settings, "quarantine").current_snapshot() is not None
+    assert sweep_orphans(fm_settings, grace=dt.timedelta(0)).files == 0
+
+
+def test_files_under_a_percent_encoded_partition_value_are_kept(fm_settings: Settings) -> None:
+    """Iceberg writes `shard_set_key=web%40v1%2F...` literally: the sweep must not decode it."""
+    from fm_assets.shards.lineage import SAMPLE_DOCUMENTS
+
+    row = {"shard_set_key": "web@v1/abc-s512", "sample": 0, "doc_id": "d" * 64}
+    row |= {"token_start": 0, "token_end": 8, "doc_offset": 0}
+    rows = pa.Table.from_pylist([row], schema=SAMPLE_DOCUMENTS)
+    handle = data_files.table_handle(fm_settings, "sample_documents")
+    written = data_files.write_files(handle, rows, uuid.uuid4(), 0)
+    assert "%40" in written[0].file_path
+    data_files.commit_files(
+        fm_settings,
+        "sample_documents",
+        catalog.where_equal("shard_set_key", "web@v1/abc-s512"),
+        written,
+        {},
+    )
+    assert sweep_orphans(fm_settings, grace=dt.timedelta(0)).files == 0
+    assert catalog.read_table(fm_settings, "sample_documents").num_rows == 1

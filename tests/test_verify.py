@@ -98,6 +98,21 @@ def _local(uri: str) -> Path:
     return Path(uri.removeprefix("file://"))
 
 
+def _landing_manifest(b: Built) -> Path:
+    return next((b.settings.home / "objects" / "landing").rglob("manifest.json"))
+
+
+def _manifest_list(b: Built) -> Path:
+    """The manifest list of the snapshot of tokenized_documents that the version reads."""
+    from fm_assets.storage import catalog
+    from fm_assets.versions.dataset_version import require_version
+
+    snapshot_id = require_version(b.settings, b.version_key).snapshot_ids["tokenized_documents"]
+    snapshot = catalog.load_table(b.settings, "tokenized_documents").snapshot_by_id(snapshot_id)
+    assert snapshot is not None
+    return _local(snapshot.manifest_list)
+
+
 def _shard_manifest(b: Built) -> Path:
     return b.shard_dir / "fm_manifest.json"
 
@@ -123,8 +138,24 @@ def test_an_untouched_version_and_its_shard_set_verify(built: Built) -> None:
 
 @pytest.mark.parametrize(
     "find",
-    [_landed, _data_file, _iceberg_manifest, _shard_manifest, _shard],
-    ids=["landed-warc", "iceberg-data-file", "iceberg-manifest", "shard-manifest", "mds-shard"],
+    [
+        _landed,
+        _landing_manifest,
+        _data_file,
+        _iceberg_manifest,
+        _manifest_list,
+        _shard_manifest,
+        _shard,
+    ],
+    ids=[
+        "landed-warc",
+        "landing-manifest",
+        "iceberg-data-file",
+        "iceberg-manifest",
+        "iceberg-manifest-list",
+        "shard-manifest",
+        "mds-shard",
+    ],
 )
 def test_one_flipped_bit_is_found_and_the_file_named(
     built: Built, find: Callable[[Built], Path]

@@ -1,7 +1,8 @@
 """`fm verify`: every file a dataset version or shard set stands on, checked against what pins it.
 
 - landed files: sha256 and size against the landing manifest, whose file hashes must still give
-  the batch id (the id is a hash of them);
+  the batch id (the id is a hash of them) and whose own sha256 must be the one pinned when the
+  raw stage first read the batch;
 - Iceberg: the manifest list and manifests of the version's snapshot against the sha256 pinned
   when the platform committed them (Avro has no checksum of its own); each data file must have
   the size its manifest records, decode with every Parquet page's CRC checked, and hold the row
@@ -27,7 +28,7 @@ from fm_assets.shards.build import read_shard_set_row
 from fm_assets.storage import catalog
 from fm_assets.storage.bookkeeping import file_checksums
 from fm_assets.storage.data_files import plan_files
-from fm_assets.storage.landing import batch_id_for, read_manifest
+from fm_assets.storage.landing import batch_id_for, manifest_checksum, read_manifest
 from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions.dataset_version import parse_version_key, require_version
 from fm_loader.manifest import INDEX_NAME, MANIFEST_NAME, ShardSetManifest
@@ -94,10 +95,20 @@ def _landed_files(settings: Settings, batches: list[str], result: Verification) 
         manifest_uri = store.uri(f"landing/batches/{batch_id}/manifest.json")
         try:
             manifest = read_manifest(store, batch_id)
+            _, sha, size = manifest_checksum(store, batch_id)
         except Exception as exc:  # garbage JSON, missing fields: name the manifest
             result.flag(manifest_uri, f"the landing manifest does not read: {exc}")
             continue
         result.checked["landing manifests"] += 1
+        pinned = file_checksums(settings, [manifest_uri]).get(manifest_uri)
+        if pinned is not None and pinned != (sha, size):
+            # Its file entries cannot be trusted either: the manifest is what is named.
+            result.flag(
+                manifest_uri,
+                f"sha256 {sha} ({size} bytes), pinned {pinned[0]} ({pinned[1]} bytes) when the "
+                "batch was first read: modified",
+            )
+            continue
         if batch_id_for(f.sha256 for f in manifest.files) != batch_id:
             result.flag(manifest_uri, "its file hashes no longer give its batch id: modified")
         for landed in manifest.files:

@@ -32,9 +32,19 @@ from fm_assets.stages.base import Stage
 from fm_assets.stages.neardup import NearDupStage
 from fm_assets.stages.raw import RawStage
 from fm_assets.storage import catalog
-from fm_assets.storage.bookkeeping import latest_stage_run, record_stage_run
+from fm_assets.storage.bookkeeping import (
+    file_checksums,
+    latest_stage_run,
+    record_file_checksums,
+    record_stage_run,
+)
 from fm_assets.storage.data_files import commit_files, plan_files, table_handle
-from fm_assets.storage.landing import BatchManifest, published_log, read_manifest
+from fm_assets.storage.landing import (
+    BatchManifest,
+    manifest_checksum,
+    published_log,
+    read_manifest,
+)
 from fm_assets.storage.locks import exclusive
 from fm_assets.storage.objectstore import open_object_store
 
@@ -183,6 +193,8 @@ def _run_stage(
             f"stage {stage_name} read {records_in} records of {batch_id}, but {plan.upstream} "
             f"kept {plan.upstream_kept}; the input changed under the run: rerun it"
         )
+    if plan.upstream is None:
+        _pin_manifest(settings, batch_id)
     snapshot_id = _commit(settings, plan, outputs, outcomes, extra_files, run_id)
     rules = Counter[str]()
     for outcome in outcomes:
@@ -215,6 +227,13 @@ def _run_stage(
     )
     progress(f"{stage_name}: {kept} kept, {bad} quarantined in {report.seconds:.1f}s")
     return report
+
+
+def _pin_manifest(settings: Settings, batch_id: str) -> None:
+    """Pin the landing manifest's checksum the first time a batch is read (`fm verify`)."""
+    uri, sha, size = manifest_checksum(open_object_store(settings), batch_id)
+    if not file_checksums(settings, [uri]):
+        record_file_checksums(settings, {uri: (sha, size)})
 
 
 def _execute(

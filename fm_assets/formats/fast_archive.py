@@ -53,6 +53,8 @@ _CONTROL_BYTES: Final = re.compile(
 # warcio's record loader: its HTTP-header rules (which records have them, status-line checks)
 # and its WARC-Target-URI clean-up are the ones the warcio reader applies.
 _LOADER: Final = ArcWarcRecordLoader()
+# The version lines warcio reads (it matches them as prefixes of the record's first line).
+_WARC_VERSIONS: Final = tuple(v.encode() for v in _LOADER.WARC_TYPES)
 
 
 @dataclass(frozen=True)
@@ -127,9 +129,11 @@ def _plain_headers(block: bytes, header_count: int) -> bool:
 
     Both drop a line without a colon and trim the whitespace around names and values, but they
     join folded lines differently: such headers, and any fastwarc did not return one for, are
-    left to warcio.
+    left to warcio, as is a version line warcio would refuse (fastwarc reads any `WARC/`).
     """
     if not block.isascii() or _CONTROL_BYTES.search(block):
+        return False
+    if not block.startswith(_WARC_VERSIONS):
         return False
     lines = block.count(b"\r\n")
     if lines != header_count or block.count(b"\n") != lines or block.count(b"\r") != lines:

@@ -15,6 +15,7 @@ again finds the existing batch and does no new work.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -22,6 +23,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from fm_assets.settings import PIPELINE_VERSION
 from fm_assets.storage.objectstore import ObjectStore
@@ -61,15 +63,73 @@ class BatchManifest:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> BatchManifest:
-        raw = json.loads(text)
+    def from_json(cls, text: str | bytes) -> BatchManifest:
+        """Parse and validate a manifest; anything malformed raises ValueError naming the field.
+
+        The manifest decides which objects a run reads, so a file key outside its batch's
+        prefix (below its namespace's, or the `files/` of batches landed before) is refused like
+        a wrong type.
+        """
+        try:
+            raw = json.loads(text)
+        except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, absurd nesting
+            raise ValueError(f"landing manifest is not valid JSON: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ValueError(f"landing manifest must be a JSON object, got {_json_type(raw)}")
         if raw.get("format_version") != MANIFEST_FORMAT_VERSION:
             raise ValueError(
                 f"landing manifest format {raw.get('format_version')!r} is not supported "
                 f"(this fm reads {MANIFEST_FORMAT_VERSION}); upgrade fm-platform"
             )
-        raw["files"] = tuple(LandedFile(**f) for f in raw["files"])
-        return cls(**raw)
+        fields = _checked_fields(cls, raw, "landing manifest")
+        files = raw["files"]
+        if not isinstance(files, list):
+            raise ValueError(f"landing manifest field 'files' must be a list, got {files!r:.80}")
+        batch_id, namespace = str(fields["batch_id"]), str(fields["namespace"])
+        prefixes = [f"{data_prefix(namespace, batch_id)}/", f"{_batch_prefix(batch_id)}/files/"]
+        if not _NAMESPACE.fullmatch(namespace):  # a name no landing since then accepts
+            prefixes = prefixes[1:]
+        landed = []
+        for number, entry in enumerate(files):
+            what = f"landing manifest file {number}"
+            if not isinstance(entry, dict):
+                raise ValueError(f"{what} must be a JSON object, got {_json_type(entry)}")
+            file = LandedFile(**_checked_fields(LandedFile, entry, what))
+            if not _SHA256.fullmatch(file.sha256) or file.size < 0:
+                raise ValueError(f"{what} has sha256 {file.sha256!r:.80} and size {file.size}")
+            rests = [file.key.removeprefix(p) for p in prefixes if file.key.startswith(p)]
+            if not rests or not rests[0] or "/" in rests[0] or rests[0].startswith("."):
+                raise ValueError(
+                    f"{what} has key {file.key!r:.120}, not a file under {prefixes[0]}"
+                )
+            landed.append(file)
+        return cls(**{**fields, "files": tuple(landed)})
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _json_type(value: object) -> str:
+    names: dict[type, str] = {dict: "an object", list: "an array", str: "a string"}
+    return names.get(type(value), f"{value!r:.80}")
+
+
+def _checked_fields(cls: type, raw: dict[str, Any], what: str) -> dict[str, Any]:
+    """The scalar fields of dataclass `cls` from `raw`: every one present with its type, no
+    other key. A non-scalar field (the file list) is passed through for the caller to check."""
+    expected = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+    missing, unknown = sorted(set(expected) - set(raw)), sorted(set(raw) - set(expected))
+    if missing or unknown:
+        raise ValueError(f"{what} fields do not match: missing {missing}, unknown {unknown}")
+    for name, type_name in expected.items():
+        value = raw[name]
+        ok = {
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "str": isinstance(value, str),
+        }.get(type_name, True)
+        if not ok:
+            raise ValueError(f"{what} field {name!r} must be {type_name}, got {value!r:.80}")
+    return dict(raw)
 
 
 def _sha256_file(path: Path) -> str:
@@ -107,7 +167,24 @@ def read_manifest(store: ObjectStore, batch_id: str) -> BatchManifest:
             f"landing batch {batch_id} does not exist (no {store.uri(key)}); "
             "list batches with `fm status` or land files with `fm land`"
         )
-    return BatchManifest.from_json(store.read_bytes(key).decode())
+    try:
+        return BatchManifest.from_json(store.read_bytes(key))
+    except ValueError as exc:
+        raise ValueError(
+            f"{store.uri(key)} is damaged: {exc}; the landed batch cannot be read (restore the "
+            "file from a backup, or land the files again)"
+        ) from exc
+
+
+def manifest_checksum(store: ObjectStore, batch_id: str) -> tuple[str, str, int]:
+    """(URI, sha256, size) of a batch's manifest as stored now.
+
+    The manifest has no checksum of its own and a flipped bit in its metadata (a license, a
+    source) still parses: the raw stage pins this on its first run, `fm verify` compares.
+    """
+    key = f"{_batch_prefix(batch_id)}/manifest.json"
+    data = store.read_bytes(key)
+    return store.uri(key), hashlib.sha256(data).hexdigest(), len(data)
 
 
 def list_batches(store: ObjectStore) -> list[BatchManifest]:

@@ -13,6 +13,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
+from pyiceberg.table import Table
 
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
@@ -49,10 +50,7 @@ def sweep_orphans(
     for name in declared_tables():
         table = catalog.load_table(settings, name)
         # Compared as paths inside the filesystem: the catalog may spell a URI differently.
-        referenced = {
-            filesystem_for(uri, settings.s3_endpoint)[1]
-            for uri in table.inspect.all_files().column("file_path").to_pylist()
-        }
+        referenced = {filesystem_for(uri, settings.s3_endpoint)[1] for uri in _referenced(table)}
         data_uri = f"{table.location().rstrip('/')}/data"
         fs, root = filesystem_for(data_uri, settings.s3_endpoint)
         found = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
@@ -73,3 +71,21 @@ def sweep_orphans(
                 fs.delete_file(info.path)
             report.removed.append(f"{prefix}{info.path}")
     return report
+
+
+def _referenced(table: Table) -> set[str]:
+    """Every data file any snapshot of `table` references (added or deleted entries alike).
+
+    Not `inspect.all_files()`: it fails on a table whose snapshots hold no manifest (a
+    partition replaced by nothing), which every run that quarantines nothing commits.
+    """
+    seen: set[str] = set()
+    files: set[str] = set()
+    for snapshot in table.snapshots():
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_path in seen:
+                continue
+            seen.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                files.add(entry.data_file.file_path)
+    return files

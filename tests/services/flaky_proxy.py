@@ -3,7 +3,9 @@
 Faults are injected on the wire, as a flaky network or an overloaded store would cause them:
 `fail_next(n)` makes the next `n` connections forward the request and a little of the answer,
 then reset (RST) — a read that fails halfway through an object. `fail_all()` resets every new
-connection until `heal()`. Nothing of the client or the server is mocked.
+connection until `heal()`. `stall()` holds every answer (on new and pooled connections alike)
+until `resume()`, as a store that stops answering for a while; `stalled` is set once an answer
+is being held. Nothing of the client or the server is mocked.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ class FlakyProxy:
         self._fail_all = False
         self.injected = 0  # answers cut short by a reset so far
         self.connections = 0
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self.stalled = threading.Event()  # an answer is being held by stall()
         self._closed = False
         threading.Thread(target=self._accept_loop, daemon=True).start()
 
@@ -52,6 +57,14 @@ class FlakyProxy:
         with self._lock:
             self._fail_all = False
             self._to_fail = 0
+
+    def stall(self) -> None:
+        """Hold every answer from the server until `resume()`."""
+        self.stalled.clear()
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
 
     def close(self) -> None:
         self._closed = True
@@ -96,6 +109,9 @@ class FlakyProxy:
                     chunk = source.recv(65536)
                     if not chunk:
                         return
+                    if source is upstream and not self._flowing.is_set():
+                        self.stalled.set()
+                        self._flowing.wait(timeout=300)
                     if fail and source is upstream:
                         chunk = chunk[: _CUT_AFTER_BYTES - answered]
                         answered += len(chunk)
