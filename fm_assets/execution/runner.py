@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import hashlib
+import json
 import time
 import uuid
 from collections import Counter
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 
 from pyiceberg.manifest import DataFile
 
-from fm_assets.curation.policy import load_policy
+from fm_assets.curation.policy import DatasetPolicy, load_policy
 from fm_assets.execution import pipeline
 from fm_assets.execution.compute import Progress, ensure_ray, ray_cpus, run_tasks
 from fm_assets.execution.exact_dedup import run_raw
@@ -79,6 +80,7 @@ class _Plan:
 
     stage: Stage
     manifest: BatchManifest
+    policy: DatasetPolicy  # resolved: the default classifier named by its hash
     upstream: str | None
     stage_key: str
     input_snapshot_id: int | None
@@ -87,7 +89,8 @@ class _Plan:
 
 def _plan(settings: Settings, stage_name: str, batch_id: str) -> _Plan:
     manifest = read_manifest(open_object_store(settings), batch_id)
-    stage = pipeline.entry(stage_name).build(settings, load_policy(settings, manifest.source))
+    policy = pipeline.resolve_policy(settings, load_policy(settings, manifest.source))
+    stage = pipeline.entry(stage_name).build(settings, policy)
     upstream = pipeline.upstream_of(stage_name)
     if upstream is None:
         earlier = earlier_batches(settings, batch_id)
@@ -102,7 +105,7 @@ def _plan(settings: Settings, stage_name: str, batch_id: str) -> _Plan:
         upstream_key = str(run["stage_key"])
         snapshot, kept = int(run["output_snapshot_id"]), int(run["records_kept"])
     key = _digest(upstream_key, stage.name, stage.version, stage.config_hash())
-    return _Plan(stage, manifest, upstream, key, snapshot, kept)
+    return _Plan(stage, manifest, policy, upstream, key, snapshot, kept)
 
 
 def up_to_date(settings: Settings, stage_name: str, batch_id: str) -> str | None:
@@ -199,6 +202,8 @@ def _run_stage(
             "records_quarantined": bad,
             "run_id": run_id,
             "committed_at": dt.datetime.now(dt.UTC),
+            "policy_json": plan.policy.to_json(),
+            "config_json": json.dumps(stage.config(), sort_keys=True, default=str),
         },
     )
     report = StageRunReport(

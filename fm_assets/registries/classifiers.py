@@ -4,6 +4,10 @@
 the model is copied to `registry/classifiers/<sha256>.bin` and a `quality_classifiers` row keeps
 its held-out accuracy and training-data provenance. A dataset policy names a model by hash; the
 quality stage loads it by that hash on every worker, refusing bytes that do not match.
+
+One registered model is the *default* (`registry/classifiers/DEFAULT`): the one a policy that
+names `sha256 = "default"` (the default web policy does) scores with. `fm classifier train
+--default-recipe` (or `--default`) makes its model the default.
 """
 
 from __future__ import annotations
@@ -24,6 +28,12 @@ from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.objectstore import open_object_store, read_verified
 
+_DEFAULT_KEY = "registry/classifiers/DEFAULT"
+
+
+class NoDefaultClassifier(ValueError):
+    """A policy scores with the default quality classifier and none is registered."""
+
 
 @dataclass(frozen=True)
 class ClassifierInfo:
@@ -34,8 +44,11 @@ class ClassifierInfo:
     report: dict[str, Any]
 
 
-def register_classifier(settings: Settings, report: Any) -> ClassifierInfo:
-    """Copy a trained model into the registry (once per content hash) and record its report."""
+def register_classifier(
+    settings: Settings, report: Any, *, make_default: bool = False
+) -> ClassifierInfo:
+    """Copy a trained model into the registry (once per content hash) and record its report;
+    `make_default` also makes it the default classifier."""
     path = Path(report.model_path)
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
@@ -49,6 +62,8 @@ def register_classifier(settings: Settings, report: Any) -> ClassifierInfo:
         store.write_bytes_atomic(key, data)
     existing = find_classifier(settings, digest)
     if existing is not None:
+        if make_default:
+            _set_default(settings, digest)
         return existing
     summary = report.to_dict()
     row = {
@@ -64,6 +79,8 @@ def register_classifier(settings: Settings, report: Any) -> ClassifierInfo:
         "registered_at": dt.datetime.now(dt.UTC),
     }
     catalog.append_rows(settings, "quality_classifiers", pa.Table.from_pylist([row]))
+    if make_default:
+        _set_default(settings, digest)
     return ClassifierInfo(
         digest, row["uri"], report.recipe_version, row["holdout_accuracy"], summary
     )
@@ -95,6 +112,25 @@ def require_classifier(settings: Settings, model_sha256: str) -> ClassifierInfo:
             "`fm classifier train --default-recipe` (or --positive/--negative files)"
         )
     return info
+
+
+def _set_default(settings: Settings, model_sha256: str) -> None:
+    payload = json.dumps({"model_sha256": model_sha256}).encode()
+    open_object_store(settings).write_bytes_atomic(_DEFAULT_KEY, payload)
+
+
+def default_classifier(settings: Settings) -> ClassifierInfo:
+    """The default quality classifier; NoDefaultClassifier (saying how to get one) if unset."""
+    store = open_object_store(settings)
+    if not store.exists(_DEFAULT_KEY):
+        raise NoDefaultClassifier(
+            "the dataset's policy scores with the default quality classifier and none is "
+            "registered: run `fm classifier train --default-recipe` (`fm run` does this itself "
+            "when the shared data is at FM_SHARED_DATA), or name a classifier (or sha256 = "
+            '"none") under [datasets.<source>.classifier] in FM_POLICY_FILE'
+        )
+    digest = json.loads(store.read_bytes(_DEFAULT_KEY))["model_sha256"]
+    return require_classifier(settings, digest)
 
 
 @functools.lru_cache(maxsize=4)
