@@ -23,7 +23,9 @@ def policy_section(
     groups: dict[str, tuple[DatasetPolicy | None, list[str]]] = {}
     for batch, (source, policy) in policies.items():
         key = policy.to_json() if policy is not None else f"unrecorded:{source}"
-        groups.setdefault(key, (policy, []))[1].append(f"`{batch}` ({source})")
+        groups.setdefault(key, (policy, []))[1].append(
+            f"`{batch}` ({source or 'source not recorded'})"
+        )
     for number, (policy, batches) in enumerate(groups.values(), start=1):
         lines += [f"### Policy {number}: batches {', '.join(batches)}", ""]
         if policy is None:

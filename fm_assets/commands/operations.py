@@ -34,7 +34,7 @@ from fm_assets.execution.preflight import (
     PreconditionFailed,
     check_run_preconditions,
 )
-from fm_assets.registries.classifiers import register_classifier
+from fm_assets.registries.classifiers import ensure_default_classifier, register_classifier
 from fm_assets.registries.tokenizers import resolve_tokenizer
 from fm_assets.settings import Settings
 from fm_assets.shards.build import shard_config_key, shard_set_key
@@ -103,27 +103,15 @@ def check_batch_preconditions(settings: Settings, batch_id: str, log: Log) -> No
 
 
 def train_default_classifier(settings: Settings, log: Log) -> str:
-    """Train the default recipe's classifier from FM_SHARED_DATA and make it the default;
-    PreconditionFailed naming the fix when the recipe's data is not there."""
-    from fm_assets.curation.classifier.recipe import BENCHMARK, default_training_data
-
-    data = settings.shared_data
-    if not (data / BENCHMARK / "ground-truth.json").is_file():
-        raise PreconditionFailed(
-            "quality_scored_documents cannot run: the batch's policy scores with the default "
-            f"quality classifier, none is registered, and its training data is not at {data} "
-            f"({BENCHMARK}); set FM_SHARED_DATA to the shared data directory, register one with "
-            "`fm classifier train --default-recipe --data-dir DIR` (or --positive/--negative "
-            'files and --default), or set sha256 = "none" under [datasets.<source>.classifier] '
-            '(or base = "none") in FM_POLICY_FILE'
-        )
-    log(
-        "the batch's policy scores with the default quality classifier and none is registered: "
-        f"training it once with the default recipe on {data / BENCHMARK} "
-        "(`fm classifier train --default-recipe`)"
-    )
-    positives, negatives, sources = default_training_data(data)
-    return train_classifier(settings, positives, negatives, sources, log, make_default=True)
+    """Train the default recipe's classifier (from FM_SHARED_DATA) on first need, make it the
+    default and record it in Dagster; PreconditionFailed naming the fix without the data."""
+    try:
+        digest = ensure_default_classifier(settings, log)
+    except ValueError as exc:
+        raise PreconditionFailed(str(exc)) from exc
+    add_partitions(settings, quality_classifiers, [digest])
+    materialize(settings, ["quality_classifier_registry"], digest, log)
+    return digest
 
 
 def create_version(settings: Settings, dataset: str, batches: list[str], log: Log) -> str:

@@ -20,7 +20,7 @@ overrides single fields:
     min_language_score = 0.5
     quality_rule_sets = ["gopher_v1", "c4_v1", "fineweb_v1"]
     [datasets.web.quality_thresholds]     # overrides of QualityThresholds' published defaults
-    gopher_min_words = 30
+    gopher_min_words = 30                 # false turns a rule off
     [datasets.web.family_thresholds.cjk]  # overrides for one language family (families.py)
     script_min_units = 100
     [datasets.web.classifier]
@@ -217,7 +217,10 @@ def _overrides(values: dict[str, Any], where: str, dataset: str) -> Overrides:
     bad = set(values) - fields
     if bad:
         raise ValueError(f"{where}: unknown quality thresholds {sorted(bad)} for {dataset!r}")
-    return tuple(sorted(values.items()))
+    if any(value is True for value in values.values()):
+        raise ValueError(f"{where}: a threshold is a number, or false to turn its rule off")
+    # TOML has no null: `false` turns a rule off.
+    return tuple(sorted((k, None if v is False else v) for k, v in values.items()))
 
 
 def _family_overrides(

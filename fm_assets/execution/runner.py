@@ -28,6 +28,7 @@ from fm_assets.execution.exact_dedup import run_raw
 from fm_assets.execution.near_dedup import run_near_dedup
 from fm_assets.execution.planning import table_slices
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, process_files
+from fm_assets.registries.classifiers import NoDefaultClassifier
 from fm_assets.settings import Settings
 from fm_assets.stages.base import Stage
 from fm_assets.stages.neardup import NearDupStage
@@ -80,7 +81,7 @@ class _Plan:
 
     stage: Stage
     manifest: BatchManifest
-    policy: DatasetPolicy  # resolved: the default classifier named by its hash
+    policy: DatasetPolicy  # resolved where it can be: the default classifier named by its hash
     upstream: str | None
     stage_key: str
     input_snapshot_id: int | None
@@ -89,7 +90,11 @@ class _Plan:
 
 def _plan(settings: Settings, stage_name: str, batch_id: str) -> _Plan:
     manifest = read_manifest(open_object_store(settings), batch_id)
-    policy = pipeline.resolve_policy(settings, load_policy(settings, manifest.source))
+    policy = load_policy(settings, manifest.source)
+    # Only the quality stage needs the default classifier, and its build below says how to
+    # get one; the other stages record the policy naming it "default".
+    with contextlib.suppress(NoDefaultClassifier):
+        policy = pipeline.resolve_policy(settings, policy)
     stage = pipeline.entry(stage_name).build(settings, policy)
     upstream = pipeline.upstream_of(stage_name)
     if upstream is None:

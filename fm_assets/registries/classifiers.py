@@ -12,11 +12,13 @@ names `sha256 = "default"` (the default web policy does) scores with. `fm classi
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import hashlib
 import json
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ import pyarrow as pa
 from fm_assets.curation.classifier.scoring import load_classifier
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
+from fm_assets.storage.locks import exclusive
 from fm_assets.storage.objectstore import open_object_store, read_verified
 
 _DEFAULT_KEY = "registry/classifiers/DEFAULT"
@@ -89,7 +92,9 @@ def register_classifier(
 def find_classifier(settings: Settings, model_sha256: str) -> ClassifierInfo | None:
     """The registered classifier whose sha256 starts with `model_sha256` (a prefix will do)."""
     rows = catalog.read_table(settings, "quality_classifiers").to_pylist()
-    found = [r for r in rows if r["model_sha256"].startswith(model_sha256)]
+    # One row per model: two registrations of one model at once may both have appended.
+    by_hash = {r["model_sha256"]: r for r in rows if r["model_sha256"].startswith(model_sha256)}
+    found = list(by_hash.values())
     if len(found) > 1:
         raise ValueError(f"classifier prefix {model_sha256} is ambiguous; give more characters")
     if not found:
@@ -131,6 +136,42 @@ def default_classifier(settings: Settings) -> ClassifierInfo:
         )
     digest = json.loads(store.read_bytes(_DEFAULT_KEY))["model_sha256"]
     return require_classifier(settings, digest)
+
+
+def ensure_default_classifier(settings: Settings, log: Callable[[str], None]) -> str:
+    """The default classifier's sha256, training it with the default recipe on first need
+    (from settings.shared_data) and registering it as the default; ValueError naming the fix
+    when the recipe's data is not there. One process trains; others wait and find it."""
+    from fm_assets.curation.classifier.recipe import BENCHMARK, default_training_data
+    from fm_assets.curation.classifier.training import train_classifier
+
+    data = settings.shared_data
+    with exclusive(settings, "training the default quality classifier", log):
+        with contextlib.suppress(NoDefaultClassifier):
+            return default_classifier(settings).model_sha256  # another run trained it
+        if not (data / BENCHMARK / "ground-truth.json").is_file():
+            raise ValueError(
+                "quality_scored_documents cannot run: the batch's policy scores with the default "
+                f"quality classifier, none is registered, and its training data is not at {data} "
+                f"({BENCHMARK}); set FM_SHARED_DATA to the shared data directory, register one "
+                "with `fm classifier train --default-recipe --data-dir DIR` (or --positive/"
+                '--negative files and --default), or set sha256 = "none" under '
+                '[datasets.<source>.classifier] (or base = "none") in FM_POLICY_FILE'
+            )
+        log(
+            "the batch's policy scores with the default quality classifier and none is "
+            f"registered: training it once with the default recipe on {data / BENCHMARK} "
+            "(`fm classifier train --default-recipe`)"
+        )
+        positives, negatives, sources = default_training_data(data)
+        with tempfile.TemporaryDirectory(prefix="fm-classifier-") as out:
+            report = train_classifier(positives, negatives, Path(out), sources=sources)
+            info = register_classifier(settings, report, make_default=True)
+        log(
+            f"quality classifier {info.model_sha256[:12]} is the default (held-out accuracy "
+            f"{report.holdout_accuracy:.3f})"
+        )
+        return info.model_sha256
 
 
 @functools.lru_cache(maxsize=4)

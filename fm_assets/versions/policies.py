@@ -8,12 +8,14 @@ then records each batch's policy in `version_policies`, which its dataset card s
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pyarrow as pa
 
 from fm_assets.curation.policy import DatasetPolicy, load_policy
 from fm_assets.execution import pipeline
+from fm_assets.registries.classifiers import NoDefaultClassifier
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.bookkeeping import latest_stage_run
@@ -57,7 +59,10 @@ def refuse_stale_batches(settings: Settings, version_key: str, batches: list[str
         if curated is None:
             continue  # curated before policies were recorded: nothing to compare
         source = curated.name  # a policy is named by the source it is keyed by
-        current = pipeline.resolve_policy(settings, load_policy(settings, source))
+        current = load_policy(settings, source)
+        # No default classifier now: the policy names "default", which differs from any hash.
+        with contextlib.suppress(NoDefaultClassifier):
+            current = pipeline.resolve_policy(settings, current)
         changed = policy_changes(curated, current)
         if changed:
             stale.append(f"{batch_id} ({source}: {', '.join(changed)})")
