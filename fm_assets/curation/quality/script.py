@@ -33,15 +33,16 @@ CJK_CHARACTER: Final = re.compile(f"[{_CJK_RANGES}]")
 # The ellipsis is not one: a line ending in it is usually a cut teaser.
 _SPACED_ENDS: Final = ".!?؟۔।॥։።"
 _CJK_ENDS: Final = "。！？．｡"
-# Closing quotes and brackets that may follow a sentence end.
-_CLOSERS: Final = "\"'”’»」』）)]］】"
-_LINE_END: Final = re.compile(f"[{re.escape(_SPACED_ENDS + _CJK_ENDS)}][{re.escape(_CLOSERS)}]*$")
+# Closing quotes and brackets that may follow a sentence end, French ones after a space.
+_CLOSING_MARKS: Final = "\"'”’»」』）)]］】"
+_CLOSERS: Final = f"(?:[ \u00a0\u202f]?[{re.escape(_CLOSING_MARKS)}])*"
+_LINE_END: Final = re.compile(f"[{re.escape(_SPACED_ENDS + _CJK_ENDS)}]{_CLOSERS}$")
 # A spaced-script end counts only before whitespace or the line end ("3.14", "e.g" do not);
 # a CJK end counts wherever it is, since CJK sentences follow each other without spaces.
-_SENTENCE_END: Final = re.compile(
-    f"[{re.escape(_SPACED_ENDS)}]+[{re.escape(_CLOSERS)}]*(?=\\s|$)"
-    f"|[{re.escape(_CJK_ENDS)}]+[{re.escape(_CLOSERS)}]*"
-)
+# Matches start at the first mark of a run and take it whole: linear in the line's length.
+_SPACED_RUN: Final = f"(?<![{re.escape(_SPACED_ENDS)}])[{re.escape(_SPACED_ENDS)}]++"
+_CJK_RUN: Final = f"(?<![{re.escape(_CJK_ENDS)}])[{re.escape(_CJK_ENDS)}]++"
+_SENTENCE_END: Final = re.compile(f"{_SPACED_RUN}{_CLOSERS}(?=\\s|$)|{_CJK_RUN}{_CLOSERS}")
 _ELLIPSIS: Final = re.compile(r"\.\.\.|…")
 
 SCRIPT_COLUMNS: Final = (
