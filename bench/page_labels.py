@@ -16,6 +16,7 @@ that extract to one identical text) counts once.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 KEEP: Final = "keep"
@@ -112,3 +113,40 @@ def label_of(url: str) -> tuple[str, str] | None:
     if url.startswith("http://www.uraharajuku.st/"):
         return PAGE_LABELS["http://www.uraharajuku.st/"]
     return PAGE_LABELS.get(url)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One labelled page as the extract stage sees it: decoded, main text extracted."""
+
+    url: str
+    text: str
+    label: str
+    why: str
+
+
+def labelled_pages() -> list[Page]:
+    """Every HTML page of the shared WARCs (the damaged ones in edge/ included) read by the
+    platform's own reader, decoded and extracted as the extract stage does (trafilatura), with
+    its label; a text seen twice (captures of one page, the shop's 28 pages) counts once."""
+    from bench.harness import WARC_DIR
+    from fm_assets.formats.reader import FileRecordReader
+    from fm_assets.formats.records import ParsedRecord
+    from fm_assets.stages.decoding import decode_bytes
+    from fm_assets.stages.extract import trafilatura_text
+    from fm_assets.stages.normalize import normalize_text
+
+    files = [*sorted(WARC_DIR.glob("*.warc.gz")), *sorted((WARC_DIR / "edge").iterdir())]
+    pages: dict[str, Page] = {}
+    for path in files:
+        with path.open("rb") as stream:
+            items = list(FileRecordReader(path.name, stream))
+        for item in items:
+            if not isinstance(item, ParsedRecord) or item.content_type != "html" or not item.url:
+                continue
+            decoded, _ = decode_bytes(item.content, item.charset)
+            text = normalize_text(trafilatura_text(decoded or "", item.url) or "")
+            labelled = label_of(item.url)
+            if text and labelled is not None and text not in pages:
+                pages[text] = Page(item.url, text, *labelled)
+    return list(pages.values())
