@@ -24,6 +24,8 @@ from fm_assets.storage.bookkeeping import latest_stage_run
 
 Row = dict[str, Any]
 _DETAIL_COLUMNS: dict[str, tuple[str, ...]] = {
+    "extracted_documents": ("doc_id", "text"),
+    "normalized_documents": ("doc_id", "text"),
     "language_tagged_documents": ("language", "language_score"),
     "tokenized_documents": ("tokenizer_hash", "num_tokens"),
 }
@@ -109,6 +111,11 @@ def _language(settings: Settings, batch_id: str, row: Row, config: dict[str, Any
     )
 
 
+def _characters(settings: Settings, batch_id: str, row: Row, config: dict[str, Any]) -> str:
+    extractor = f" ({config['extractor']})" if "extractor" in config else ""
+    return f"{len(row['text']):,} characters{extractor}"
+
+
 def _tokenized(settings: Settings, batch_id: str, row: Row, config: dict[str, Any]) -> str:
     return f"{row['num_tokens']:,} tokens ({row['tokenizer_hash'][:12]})"
 
@@ -124,6 +131,8 @@ def _pii(settings: Settings, batch_id: str, row: Row, config: dict[str, Any]) ->
 
 
 _DETAILS: dict[str, Callable[[Settings, str, Row, dict[str, Any]], str]] = {
+    "extracted_documents": _characters,
+    "normalized_documents": _characters,
     "language_tagged_documents": _language,
     "pii_redacted_documents": _pii,
     "tokenized_documents": _tokenized,
@@ -142,7 +151,7 @@ def _quality_lines(scores: Row, config: dict[str, Any]) -> list[str]:
         shown = "missing" if value is None else f"{value:.4g}"
         verdict = "pass" if check.passed else "FAIL"
         lines.append(
-            f"    {verdict:<4} {check.rule.code:<32} {check.rule.column.split('__', 1)[1]} "
+            f"    {verdict:<4} {check.rule.code:<34} {check.rule.column.split('__', 1)[1]} "
             f"{shown}, kept when {check.rule.op} {check.threshold:g}"
         )
     if not lines[1:]:
@@ -154,7 +163,7 @@ def _quality_lines(scores: Row, config: dict[str, Any]) -> list[str]:
     else:
         verdict = "pass" if classifier >= minimum else "FAIL"
         lines.append(
-            f"    {verdict:<4} {'quality_classifier':<32} P(hq) {classifier:.4g} from "
+            f"    {verdict:<4} {'quality_classifier':<34} P(hq) {classifier:.4g} from "
             f"{str(scores['classifier_sha256'])[:12]}, kept when >= {minimum:g}"
         )
     return lines
