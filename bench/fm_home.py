@@ -16,15 +16,26 @@ from fm_assets.storage.landing import land_files
 from fm_assets.storage.objectstore import open_object_store
 from fm_assets.storage.tables import declared_tables
 
+# Every source decides nothing: the stage benchmarks measure each stage's throughput on the
+# whole input, the same work on every commit (`bench.default_policy` measures the default
+# web policy's decisions).
+NO_CURATION = '[default]\nbase = "none"\n'
+
 
 def fresh_home(home: Path, cpus: int) -> Settings:
     """Settings over a new FM_HOME with every table made and the NeoX tokenizer as default.
 
-    Only FM_HOME and FM_RAY_NUM_CPUS are read (not the caller's environment): a local Ray with
-    exactly `cpus` CPUs, embedded storage. Table creation and tokenizer registration are a
-    home's one-time costs, not a stage's, so they happen here, before any clock runs.
+    Only FM_HOME, FM_RAY_NUM_CPUS and a policy file of its own (`NO_CURATION`) are read (not
+    the caller's environment): a local Ray with exactly `cpus` CPUs, embedded storage. Table
+    creation and tokenizer registration are a home's one-time costs, not a stage's, so they
+    happen here, before any clock runs.
     """
-    settings = load_settings({"FM_HOME": str(home), "FM_RAY_NUM_CPUS": str(cpus)})
+    home.mkdir(parents=True, exist_ok=True)
+    policy = home / "no-curation-policy.toml"
+    policy.write_text(NO_CURATION)
+    settings = load_settings(
+        {"FM_HOME": str(home), "FM_RAY_NUM_CPUS": str(cpus), "FM_POLICY_FILE": str(policy)}
+    )
     # Tables are declared by their owners; with the pipeline imported that is every table.
     for table in declared_tables():
         catalog.load_table(settings, table)

@@ -1,8 +1,10 @@
-"""PII rules against presidio-synth-v2: per-kind precision, recall and F1, plus throughput.
+"""PII rules: per-kind precision, recall and F1 in-sample and held out, plus throughput.
 
-Reads `../shared/data/pii/presidio-synth-v2.json` in place (1,500 synthetic sentences with gold
-spans), runs `fm_assets.curation.pii.find_pii` on every `full_text` and writes a Markdown report
-to `bench/results/pii.md`:
+In-sample: `../shared/data/pii/presidio-synth-v2.json`, read in place (1,500 synthetic sentences
+with gold spans; the rules were written with it open). Held out: 1,500 sentences generated fresh
+by `bench/pii_heldout.py` (Faker values in templates written for the evaluation). Runs
+`fm_assets.curation.pii.find_pii` on every text and writes a Markdown report to
+`bench/results/pii.md`:
 
     python -m bench.pii
     python -m bench.pii --quick --output /tmp/pii.md   # one timing repeat
@@ -68,6 +70,10 @@ TARGETS = {
     CREDIT_CARD: (0.95, 0.9),
     PHONE: (0.85, 0.9),
 }
+# The held-out floors tests/test_pii.py asserts: the targets, except phone recall, which held
+# out measures 0.82 (pii_v1 misses Brazilian and other national formats, see the report); its
+# floor is a regression gate at that level, not a target met.
+HELD_OUT_FLOORS = {**TARGETS, PHONE: (0.8, 0.9)}
 
 
 @dataclass(frozen=True)
@@ -285,6 +291,63 @@ def false_positive_rows(texts: dict[str, list[str]]) -> list[tuple[str, int, int
     return rows
 
 
+def heldout_section(documents: Sequence[Document], scores: dict[str, KindScore]) -> list[str]:
+    """The held-out set's table, next to the in-sample one above it."""
+    from bench.pii_heldout import LOCALES, SEED, TEMPLATES
+
+    labels = Counter(g.label for d in documents for g in d.gold)
+    scored = [label for label in GOLD_KINDS if labels[label]]
+    others = sorted(label for label in labels if label not in GOLD_KINDS)
+    lines = [
+        "## Held out: sentences generated fresh (`bench/pii_heldout.py`)",
+        "",
+        f"{len(documents):,} sentences from {len(TEMPLATES)} templates written for this "
+        f"evaluation (tickets, logs, forms, chat, invoices), values from Faker "
+        f"{_faker_version()} in {len(LOCALES)} locales ({', '.join(LOCALES)}), seed {SEED}. "
+        "The rules were neither written nor tuned against it. Gold: "
+        + ", ".join(f"{label} {labels[label]}" for label in scored)
+        + "; distractors a prediction must not touch: "
+        + ", ".join(f"{label} {labels[label]}" for label in others)
+        + ". The same matching rule.",
+        "",
+        "| kind | gold | found | predicted | true pos. | exact | precision | recall | F1 "
+        "| floor in tests (P / R) | met |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for kind in (EMAIL, PHONE, IP_ADDRESS, CREDIT_CARD):
+        s = scores[kind]
+        min_recall, min_precision = HELD_OUT_FLOORS[kind]
+        met = s.recall >= min_recall and s.precision >= min_precision
+        lines.append(
+            f"| {kind} | {s.gold} | {s.gold_found} | {s.predicted} | {s.predicted_correct} "
+            f"| {s.exact} | {s.precision:.3f} | {s.recall:.3f} | {s.f1:.3f} "
+            f"| ≥ {min_precision} / ≥ {min_recall} | {'yes' if met else '**no**'} |"
+        )
+    lines += ["", "Misses and false positives held out (shapes: digit → d, letter → a):", ""]
+    for kind in (EMAIL, PHONE, IP_ADDRESS, CREDIT_CARD):
+        s = scores[kind]
+        missed = ", ".join(f"`{k}` × {v}" for k, v in s.missed_shapes.most_common(8)) or "none"
+        wrong = ", ".join(f"{k} × {v}" for k, v in s.false_positive_labels.most_common()) or "none"
+        lines.append(f"- **{kind}**: missed {missed}; false positives on {wrong}.")
+    phone = scores[PHONE]
+    lines += [
+        "",
+        f"Phone recall held out is {phone.recall:.3f}, below the {TARGETS[PHONE][0]} target the "
+        "in-sample file meets: the misses are national formats that file does not hold "
+        "(Brazilian `+55 dd dddd-dddd` and `dd dddd-dddd`, bare ten-digit numbers without a "
+        "phone word, area codes in parentheses followed by one group). They are reported, not "
+        "fixed here: a rule changed after reading them would make this set in-sample too.",
+        "",
+    ]
+    return lines
+
+
+def _faker_version() -> str:
+    import importlib.metadata
+
+    return importlib.metadata.version("faker")
+
+
 def render(
     stamp: Stamp,
     documents: Sequence[Document],
@@ -294,6 +357,7 @@ def render(
     stress: list[tuple[str, int, float, float, int]],
     pii_free: list[tuple[str, int, int, str]],
     data_path: Path,
+    heldout: list[str],
 ) -> str:
     text_mb = sum(len(d.text.encode("utf-8")) for d in documents) / 1e6
     labels = Counter(g.label for d in documents for g in d.gold)
@@ -306,7 +370,7 @@ def render(
     ipv6 = sum(":" in g.value for g in ips)
 
     lines = [
-        "# PII detection: presidio-synth-v2",
+        "# PII detection: in-sample (presidio-synth-v2) and held out (generated)",
         "",
         f"{stamp.header()} {stamp.machine_line()} Rules: `{PII_RULES_VERSION}` "
         "(`fm_assets/curation/pii.py`).",
@@ -324,11 +388,13 @@ def render(
         "is a false positive. *exact* counts true positives whose boundaries equal the gold "
         "span's.",
         "",
-        "The rules were written with this file in view: two phone rules were tightened after "
-        "reading its false positives (the US SSN shape `0dd-dd-dddd` and two-group numbers "
-        "with a trunk 0 and fewer than ten digits are no longer phones on their own). Read the "
-        "figures as a check on the formats the data holds, not as a held-out estimate; the "
-        "PII-free texts below are a second check on precision.",
+        "## In-sample: presidio-synth-v2",
+        "",
+        "**In-sample.** The rules were written with this file in view: two phone rules were "
+        "tightened after reading its false positives (the US SSN shape `0dd-dd-dddd` and "
+        "two-group numbers with a trunk 0 and fewer than ten digits are no longer phones on "
+        "their own). Read these figures as a check on the formats the data holds; the held-out "
+        "table below is the estimate, and the PII-free texts a second check on precision.",
         "",
         "| kind | gold | found | predicted | true pos. | exact | precision | recall | F1 "
         "| target (P / R) | met |",
@@ -376,8 +442,8 @@ def render(
         lines.append(f"- **{kind}**: missed {missed}; false positives on {wrong}.")
     find_s = timings["find_pii"]
     batch_s = timings["redact_batch"]
+    lines += ["", *heldout]
     lines += [
-        "",
         "## Texts without personal data (every redaction is a false positive)",
         "",
         "| corpus (`../shared/data/evalsets`) | texts | characters | redactions |",
@@ -411,7 +477,8 @@ def render(
         "",
         "The machine is shared (2 cores, other jobs running): absolute rates move from run to "
         "run, and CPU seconds are the steadier figure. Nothing here is asserted; "
-        "`tests/test_pii.py` checks the quality targets and that a 5 MB line completes.",
+        "`tests/test_pii.py` checks the quality targets (in-sample) and floors (held out) and "
+        "that a 5 MB line completes.",
         "",
     ]
     return "\n".join(lines)
@@ -448,8 +515,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     pii_free = false_positive_rows(pii_free_texts())
     stress = stress_rows()
+    from bench.pii_heldout import generate
+
+    heldout_documents = generate()
+    heldout_scores = score(heldout_documents, [find_pii(d.text) for d in heldout_documents])
     report = render(
-        run_start.finish(), documents, scores, public_scores, timings, stress, pii_free, args.data
+        run_start.finish(),
+        documents,
+        scores,
+        public_scores,
+        timings,
+        stress,
+        pii_free,
+        args.data,
+        heldout_section(heldout_documents, heldout_scores),
     )
     write_report(args.output, report)
 

@@ -45,6 +45,9 @@ class Settings:
     max_document_bytes: int  # larger raw records are quarantined, not processed
     part_bytes: int = 64 << 20  # landed files over twice this are read in parts of about this
     policy_file: Path | None = None  # per-dataset curation policies (fm_assets.curation.policy)
+    # Where the default quality classifier's recipe reads its training data (the shared
+    # article-extraction benchmark), when `fm run` trains it on first need.
+    shared_data: Path = Path("../shared/data")
     # postgresql://... for Dagster's run/event/schedule storage; None: SQLite under FM_HOME.
     dagster_pg_url: str | None = field(default=None, repr=False)
 
@@ -113,5 +116,6 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         max_document_bytes=int(env.get("FM_MAX_DOCUMENT_BYTES", str(8 * 1024 * 1024))),
         part_bytes=int(env.get("FM_PART_BYTES", str(64 << 20))),
         policy_file=Path(env["FM_POLICY_FILE"]).expanduser() if env.get("FM_POLICY_FILE") else None,
+        shared_data=Path(env.get("FM_SHARED_DATA") or "../shared/data").expanduser().absolute(),
         dagster_pg_url=env.get("FM_DAGSTER_PG_URL") or None,
     )

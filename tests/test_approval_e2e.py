@@ -19,6 +19,7 @@ from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog
 from fm_assets.storage.approvals import AwaitingApproval, decisions
 from tests.conftest import NEOX_TOKENIZER
+from tests.policies import OPT_OUT, opt_out_policy
 
 pytestmark = pytest.mark.slow
 
@@ -26,8 +27,10 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def settings(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     home = tmp_path_factory.mktemp("approval") / "fm"
-    saved = {k: os.environ.get(k) for k in ("FM_HOME", "DAGSTER_HOME", "FM_USER")}
+    saved = {k: os.environ.get(k) for k in ("FM_HOME", "DAGSTER_HOME", "FM_USER", "FM_POLICY_FILE")}
     os.environ |= {"FM_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "FM_USER": "bob"}
+    # The posts repeat one sentence: the subject here is approval, not curation.
+    os.environ["FM_POLICY_FILE"] = str(opt_out_policy(home.parent))
     s = load_settings()
     register_tokenizer(s, NEOX_TOKENIZER, make_default=True)
     yield s
@@ -99,7 +102,7 @@ def test_a_source_the_policy_marks_untrusted_waits_and_is_approved_in_the_ui(
     from fm_assets.defs.resources import FmPlatform
 
     policy = tmp_path / "policy.toml"
-    policy.write_text('[approval]\nuntrusted_sources = ["forum-scrape"]\n')
+    policy.write_text(OPT_OUT + '[approval]\nuntrusted_sources = ["forum-scrape"]\n')
     monkeypatch.setenv("FM_POLICY_FILE", str(policy))
     strict = load_settings()
     path = tmp_path / "scraped.jsonl"

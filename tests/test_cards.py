@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from fm_assets.cards.build import DatasetCard, build_card, write_card, write_card_to_store
+from fm_assets.curation.policy import load_policy
 from fm_assets.execution import pipeline
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import bookkeeping, catalog
@@ -88,9 +89,16 @@ class Batch:
         ]
 
 
-def _write(settings: Settings, batches: list[Batch], pii: list[tuple[str, str, str]]) -> None:
+def _write(
+    settings: Settings,
+    batches: list[Batch],
+    pii: list[tuple[str, str, str]],
+    policies: Mapping[str, str] | None = None,
+) -> None:
     """Every table's rows for `batches`, one commit per table, quarantine and PII first as the
-    runner commits them; `pii` holds (batch, doc id, kind)."""
+    runner commits them; `pii` holds (batch, doc id, kind), `policies` the policy JSON each
+    batch's runs record (none: not recorded)."""
+    policies = policies or {}
     where = catalog.where_in("batch_id", [b.batch_id for b in batches])
     quarantine = [
         {"batch_id": b.batch_id, "stage": stage, "record_id": f"{stage}-{i}", "rule": rule}
@@ -110,6 +118,7 @@ def _write(settings: Settings, batches: list[Batch], pii: list[tuple[str, str, s
             "stage": s,
             "code_version": "1",
             "stage_key": s,
+            "policy_json": policies.get(b.batch_id),
             "records_kept": len(b.rows(s)),
             "records_quarantined": len(b.quarantined.get(s, [])),
             "records_in": len(b.rows(s)) + len(b.quarantined.get(s, [])),
@@ -167,11 +176,27 @@ PII = [
 ]
 
 
+NEWS_POLICY = """
+[datasets.news]
+allowed_languages = ["de", "en"]
+[datasets.news.quality_thresholds]
+gopher_min_words = 40
+[datasets.news.family_thresholds.cjk]
+script_min_units = 120
+[datasets.news.classifier]
+sha256 = "none"
+"""
+
+
 @pytest.fixture(scope="module")
 def state(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, DatasetVersion]:
     """Two batches cut into web@v1, then b1 rerun with other quarantine and PII rows."""
-    settings = load_settings({"FM_HOME": str(tmp_path_factory.mktemp("fm-home"))})
-    _write(settings, BATCHES, PII)
+    home = tmp_path_factory.mktemp("fm-home")
+    policy_file = home / "policies.toml"
+    policy_file.write_text(NEWS_POLICY)
+    settings = load_settings({"FM_HOME": str(home), "FM_POLICY_FILE": str(policy_file)})
+    # b1 ran under its source's policy; b2's runs predate recorded policies.
+    _write(settings, BATCHES, PII, {"b1": load_policy(settings, "news").to_json()})
     version, created = create_version(settings, "web@v1", ["b1", "b2"], run_id=None)
     assert created
     # After the cut: the card must keep describing the version as it was cut.
@@ -244,6 +269,26 @@ def test_card_figures(state: tuple[Settings, DatasetVersion], card: DatasetCard)
     assert "| EMAIL | 3 | 2 |" in md
     assert "Not checked for this card." in md
     assert "other" not in md and "CREDIT_CARD" not in md and "late" not in md
+
+    # The policy each batch was curated under, and what each rule dropped from each batch.
+    policies = s["policies"]
+    assert policies["b2"] == {"source": "", "policy": None}  # type: ignore[index]
+    news = policies["b1"]["policy"]  # type: ignore[index]
+    assert (news["name"], news["base"], news["allowed_languages"]) == ("news", "web", ["de", "en"])
+    assert news["classifier_sha256"] is None
+    assert s["drops_by_batch"]["b2"] == [  # type: ignore[index]
+        {"stage": "near_deduplicated_documents", "rule": "near_duplicate", "records": 1}
+    ]
+    assert "### Policy 1: batches `b1` (news)" in md
+    assert "| Languages | de, en (lid.176 score >= 0.65) |" in md
+    assert "| Quality classifier | none |" in md
+    # Every threshold, per language family: the override for all, the one for CJK only.
+    assert "| gopher_min_words | `gopher_v1__word_count` | >= 40 | >= 40 | off |" in md
+    assert "| gopher_stop_words | `gopher_v1__stop_word_count` | >= 2 | off | off |" in md
+    assert "| script_min_units | `script_v1__unit_count` | off | off | >= 120 |" in md
+    assert "### Policy 2: batches `b2` (source not recorded)" in md and "Not recorded" in md
+    assert "| `b1` | quality_filtered_documents | gopher_min_words | 1 |" in md
+    assert "| `b1` | raw_documents | exact_duplicate | 2 |" in md
 
     again = build_card(settings, version, contamination={"mmlu": {"items": 2}, "gsm8k": "clean"})
     assert again.markdown.split("## Contamination")[0] == md.split("## Contamination")[0]

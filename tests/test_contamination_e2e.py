@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -21,6 +22,7 @@ from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog
 from tests.paths import ARTICLE_GROUND_TRUTH, EVALSETS, NEOX_TOKENIZER
+from tests.policies import opt_out_policy
 
 
 def _gsm8k(n: int) -> list[dict[str, str]]:
@@ -47,11 +49,15 @@ class Decontaminated:
 
 
 @pytest.fixture(scope="module")
-def decontaminated(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Decontaminated:
+def decontaminated(
+    ray_session: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Decontaminated]:
     root = tmp_path_factory.mktemp("decontam")
     home = root / "fm"
+    saved = {k: os.environ.get(k) for k in ("FM_HOME", "DAGSTER_HOME", "FM_POLICY_FILE")}
     os.environ.update({"FM_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")})
-    os.environ.pop("FM_POLICY_FILE", None)
+    # The subject is decontamination: the articles (one of them Korean) must all reach it.
+    os.environ["FM_POLICY_FILE"] = str(opt_out_policy(root))
     settings = load_settings()
     register_tokenizer(settings, NEOX_TOKENIZER, make_default=True)
     operations.register_benchmark(
@@ -87,7 +93,12 @@ def decontaminated(ray_session: None, tmp_path_factory: pytest.TempPathFactory) 
     batch, _ = operations.land(settings, [path], source="web", license="MIT")
     operations.run_batch(settings, batch.batch_id, lambda message: None)
     version_key = operations.create_version(settings, "web", [], lambda message: None)
-    return Decontaminated(settings, batch.batch_id, version_key, records)
+    yield Decontaminated(settings, batch.batch_id, version_key, records)
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def _ids(c: Decontaminated, rows: list[dict[str, object]]) -> dict[str, dict[str, object]]:

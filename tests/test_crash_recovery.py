@@ -26,6 +26,7 @@ from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog
 from tests.paths import NEOX_TOKENIZER, WGET_WARC
+from tests.policies import opt_out_policy
 from tests.services.fixtures import start_fm_dev, stop_fm_dev
 
 pytestmark = pytest.mark.slow
@@ -38,7 +39,8 @@ RUN_TIMEOUT_S = 420  # a wedged run (waiting for slots forever) fails here inste
 def _env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FM_")}
     env |= {"FM_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
-    return env
+    # The subject is crash recovery, not curation: every page of the crawl goes through.
+    return env | {"FM_POLICY_FILE": str(opt_out_policy(home.parent))}
 
 
 def _prepare(home: Path) -> tuple[Settings, str]:

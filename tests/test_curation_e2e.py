@@ -14,6 +14,7 @@ import random
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,12 +70,13 @@ def _write_jsonl(path: Path, records: list[dict[str, str]]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def curated(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Curated:
+def curated(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Curated]:
     root = tmp_path_factory.mktemp("curation")
     home = root / "fm"
     env = {"FM_HOME": str(home), "FM_POLICY_FILE": str(root / "policies.toml")}
     import os
 
+    saved = {k: os.environ.get(k) for k in ("FM_HOME", "DAGSTER_HOME", "FM_POLICY_FILE")}
     os.environ.update({**env, "DAGSTER_HOME": str(home / "dagster")})
     settings = load_settings()
     register_tokenizer(settings, NEOX_TOKENIZER, make_default=True)
@@ -135,7 +137,7 @@ min_score = 0.05
         settings, [_write_jsonl(root / "two.jsonl", second)], source="articles", license="MIT"
     )
     operations.run_batch(settings, batch2.batch_id, lambda message: None)
-    return Curated(
+    yield Curated(
         settings,
         batch1.batch_id,
         batch2.batch_id,
@@ -143,6 +145,11 @@ min_score = 0.05
         copies,
         classifier,
     )
+    for name, value in saved.items():  # later modules must not inherit this policy file
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def _rows(c: Curated, table: str, batch: str) -> list[dict[str, object]]:

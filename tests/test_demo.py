@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from fm_assets.commands.cli import main
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
+from tests.policies import opted_out
 
 pytestmark = pytest.mark.slow
 
@@ -27,11 +28,21 @@ def test_demo_runs_the_whole_platform_on_its_own_sample(
     rules = set(catalog.read_table(fm_settings, "quarantine").column("rule").to_pylist())
     assert {"exact_duplicate", "invalid_json", "missing_text_field"} <= rules
     assert "read back" in result.stderr
+    # No FM_POLICY_FILE: the default web policy, its classifier trained on first need.
+    assert "training it once with the default recipe" in result.stderr
+    assert "curated under the web policy" in result.stderr
+    assert {"gopher_dup_5gram", "gopher_min_words"} <= rules  # the grammar repeats phrases
+    card = next((fm_settings.home / "objects" / "cards").glob("demo@v1/dataset_card.md"))
+    text = card.read_text()
+    assert "| Languages | en (lid.176 score >= 0.65) |" in text
+    assert "| gopher_dup_5gram | `gopher_v1__dup_5gram_char_fraction` | <= 0.15 |" in text
 
 
 def test_demo_accepts_the_users_files(
-    ray_session: None, fm_settings: Settings, tmp_path: Path
+    ray_session: None, fm_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The files repeat one sentence each; the subject is the user's own input, not curation.
+    opted_out(fm_settings, tmp_path, monkeypatch)
     page = tmp_path / "mine.html"
     page.write_text(
         "<html><body><article><h1>Field notes</h1>"

@@ -17,8 +17,15 @@ from fm_assets.storage import catalog
 from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions.dataset_version import default_batches
 from tests.paths import NEOX_TOKENIZER
+from tests.policies import opted_out
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def fm_settings(fm_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The notes repeat one sentence; the subject is the checks, not curation."""
+    return opted_out(fm_settings, tmp_path, monkeypatch)
 
 
 def _land_notes(settings: Settings, directory: Path, words: str) -> str:

@@ -21,6 +21,7 @@ from fm_assets.shards.build import build_shard_set
 from fm_assets.versions.dataset_version import create_version, version_namespaces
 from fm_loader import make_dataset
 from tests.conftest import NEOX_TOKENIZER, WARC_DIR
+from tests.policies import opt_out_policy
 
 TOPICS = ["tides", "herons", "glaciers", "lichens", "comets", "bridges"]
 
@@ -35,9 +36,11 @@ class Landed:
 @pytest.fixture(scope="module")
 def landed(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Landed]:
     home = tmp_path_factory.mktemp("namespaces") / "fm"
-    saved = {k: os.environ.get(k) for k in ("FM_HOME", "DAGSTER_HOME")}
+    saved = {k: os.environ.get(k) for k in ("FM_HOME", "DAGSTER_HOME", "FM_POLICY_FILE")}
     os.environ["FM_HOME"] = str(home)
     os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    # The notes repeat one sentence; the subject is namespaces, not curation.
+    os.environ["FM_POLICY_FILE"] = str(opt_out_policy(home.parent))
     settings = load_settings()
     register_tokenizer(settings, NEOX_TOKENIZER, make_default=True)
     notes = home.parent / "device-notes.jsonl"

@@ -19,6 +19,7 @@ from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.bookkeeping import latest_stage_run
 from tests.paths import NEOX_TOKENIZER
+from tests.policies import opted_out
 
 ENGLISH = "The river flows past the old mill and the village. " * 12
 
@@ -72,7 +73,7 @@ def test_a_version_that_would_be_empty_is_refused_naming_what_dropped_it(
 ) -> None:
     register_tokenizer(fm_settings, NEOX_TOKENIZER, make_default=True)
     policy = tmp_path / "policies.toml"
-    policy.write_text('[datasets.notes]\nallowed_languages = ["de"]\n')
+    policy.write_text('[datasets.notes]\nbase = "none"\nallowed_languages = ["de"]\n')
     monkeypatch.setenv("FM_POLICY_FILE", str(policy))
     settings = Settings(**{**fm_settings.__dict__, "policy_file": policy})
     batch = _land(settings, tmp_path / "in", ENGLISH)
@@ -87,8 +88,10 @@ def test_a_version_that_would_be_empty_is_refused_naming_what_dropped_it(
 
 @pytest.mark.slow
 def test_a_stage_failure_is_one_line_and_its_trace_goes_to_a_log(
-    ray_session: None, fm_settings: Settings, tmp_path: Path
+    ray_session: None, fm_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The note repeats one sentence; it must reach the tokenize stage, whose failure this is.
+    fm_settings = opted_out(fm_settings, tmp_path, monkeypatch)
     # A tokenizer no Ray worker has loaded yet (workers keep verified tokenizers by hash).
     unique = tmp_path / "tokenizer.json"
     unique.write_text(json.dumps(json.loads(NEOX_TOKENIZER.read_text()), indent=1))

@@ -34,6 +34,7 @@ from fm_loader import make_dataset
 from fm_loader.manifest import read_manifest
 from fm_loader.shards import ShardSet
 from tests.conftest import NEOX_TOKENIZER, WARC_DIR
+from tests.policies import opt_out_policy
 
 pytestmark = pytest.mark.slow
 
@@ -71,9 +72,11 @@ def _shard_docs(directory: Path) -> list[list[str]]:
 @pytest.fixture(scope="module")
 def built(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     home = tmp_path_factory.mktemp("provenance") / "fm"
-    saved = {k: os.environ.get(k) for k in ("FM_HOME", "DAGSTER_HOME")}
+    saved = {k: os.environ.get(k) for k in ("FM_HOME", "DAGSTER_HOME", "FM_POLICY_FILE")}
     os.environ["FM_HOME"] = str(home)
     os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    # The subject is provenance: the Common Crawl batch's non-English pages must get through.
+    os.environ["FM_POLICY_FILE"] = str(opt_out_policy(home.parent))
     settings = load_settings()
     info = register_tokenizer(settings, NEOX_TOKENIZER, make_default=True)
     wget, _ = operations.land(

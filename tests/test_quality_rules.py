@@ -72,7 +72,7 @@ def rows(columns: dict[str, list[float | int]]) -> list[dict[str, float | int]]:
 
 
 def test_columns_are_arrow_and_iceberg_safe_names_that_carry_their_rule_set() -> None:
-    assert RULES_VERSION == "quality_rules_v1"
+    assert RULES_VERSION == "quality_rules_v2"
     for name, dtype in SCORE_COLUMNS.items():
         assert re.fullmatch(r"[a-z][a-z0-9_]*", name), name
         rule_set, _, score = name.partition("__")
@@ -88,10 +88,14 @@ def test_reason_codes_are_stable_and_every_rule_is_wired() -> None:
     assert QUALITY_REASON_CODES == (
         "gopher_min_words",
         "gopher_max_words",
+        "script_min_units",
+        "script_max_units",
         "gopher_min_mean_word_length",
         "gopher_max_mean_word_length",
         "gopher_hash_to_word_ratio",
+        "script_hash_to_unit_ratio",
         "gopher_ellipsis_to_word_ratio",
+        "script_ellipsis_to_unit_ratio",
         "gopher_bullet_lines",
         "gopher_ellipsis_lines",
         "gopher_alpha_words",
@@ -112,6 +116,7 @@ def test_reason_codes_are_stable_and_every_rule_is_wired() -> None:
         "c4_lorem_ipsum",
         "c4_curly_bracket",
         "c4_min_sentences",
+        "script_min_sentences",
         "c4_terminal_punct_lines",
         "c4_min_words_per_line",
         "c4_javascript_lines",
@@ -120,6 +125,7 @@ def test_reason_codes_are_stable_and_every_rule_is_wired() -> None:
         "fineweb_short_lines",
         "fineweb_char_dup_ratio",
         "fineweb_list_ratio",
+        "script_list_ratio",
     )
     threshold_fields = {f.name for f in dataclasses.fields(QualityThresholds)} - {"rule_sets"}
     assert {rule.threshold for rule in QUALITY_RULES} == threshold_fields

@@ -24,6 +24,7 @@ from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import bookkeeping, catalog
 from fm_assets.storage.landing import BatchManifest
 from tests.paths import LLAMA_TOKENIZER, NEOX_TOKENIZER, WARC_DIR
+from tests.policies import opt_out_policy
 
 pytestmark = pytest.mark.slow
 
@@ -42,9 +43,12 @@ class Spine:
 @pytest.fixture(scope="module")
 def spine(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spine]:
     home = tmp_path_factory.mktemp("spine") / "fm"
-    saved = {k: os.environ.get(k) for k in ("FM_HOME", "DAGSTER_HOME")}
+    saved = {k: os.environ.get(k) for k in ("FM_HOME", "DAGSTER_HOME", "FM_POLICY_FILE")}
     os.environ["FM_HOME"] = str(home)
     os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    # Every page through every stage: the default web policy's own test is
+    # tests/test_default_policy_e2e.py.
+    os.environ["FM_POLICY_FILE"] = str(opt_out_policy(home.parent))
     settings = load_settings()
     log: list[str] = []
     register_tokenizer(settings, NEOX_TOKENIZER, make_default=True)
@@ -96,7 +100,7 @@ def test_every_record_is_kept_or_quarantined(spine: Spine) -> None:
         dropped = sum(1 for r in quarantine.to_pylist() if r["stage"] == stage)
         assert kept + dropped == previous, stage
         previous = kept
-    # The default policy applies no quality thresholds; near-dedup finds one pair of pages.
+    # The `none` policy decides nothing; near-dedup finds one pair of pages.
     assert previous >= 50
     curation = {r["rule"] for r in quarantine.to_pylist() if r["stage"] != "raw_documents"}
     assert curation == {"near_duplicate"}

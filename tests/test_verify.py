@@ -21,6 +21,7 @@ from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.shards.build import read_shard_set_row
 from tests.paths import NEOX_TOKENIZER, WGET_WARC
+from tests.policies import opt_out_policy
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +39,8 @@ class Built:
 def built(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     home = tmp_path_factory.mktemp("verify") / "fm"
     env = {"FM_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "RAY_ADDRESS": ray_address}
+    # The subject is file integrity, not curation: every page of the crawl goes through.
+    env["FM_POLICY_FILE"] = str(opt_out_policy(home.parent))
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)

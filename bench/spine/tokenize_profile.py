@@ -11,7 +11,7 @@ from bench.harness import MB, median, tree_timed
 from bench.spine import ray_tasks
 from bench.spine.stages import StageTiming
 from bench.spine.tokenize_ab import TOKENIZE, TokenizePair
-from fm_assets.curation.policy import DEFAULT_POLICY
+from fm_assets.curation.policy import NONE_POLICY
 from fm_assets.execution import pipeline
 from fm_assets.execution.compute import ray_cpus, split_rows
 from fm_assets.execution.runner import run_stage
@@ -42,7 +42,7 @@ def profile_tokenize(settings: Settings, batch_id: str, docs: int) -> dict[str, 
     )
     out["input_mb"] = inputs.nbytes / MB
 
-    stage = pipeline.entry(TOKENIZE).build(settings, DEFAULT_POLICY)
+    stage = pipeline.entry(TOKENIZE).build(settings, NONE_POLICY)
     if not isinstance(stage, TokenizeStage):
         raise TypeError(f"{TOKENIZE} builds {type(stage).__name__}, expected TokenizeStage")
     cpus = ray_cpus()

@@ -131,6 +131,14 @@ def _summary(
         "dedup": {
             kind: {**dataclasses.asdict(d), "ratio": d.ratio} for kind, d in data.dedup.items()
         },
+        "policies": {
+            batch: {"source": source, "policy": json.loads(p.to_json()) if p else None}
+            for batch, (source, p) in data.policies.items()
+        },
+        "drops_by_batch": {
+            batch: [{"stage": s, "rule": r, "records": n} for s, r, n in drops]
+            for batch, drops in data.drops_by_batch.items()
+        },
         "pii": data.pii,
         "lengths": data.lengths,
         "contamination": contamination,

@@ -16,11 +16,13 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fm_assets.curation.policy import DatasetPolicy
 from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.versions.dataset_version import DOCUMENT_TABLES, DatasetVersion
 from fm_assets.versions.membership import excluded_documents
+from fm_assets.versions.policies import version_policies
 
 EXACT_DEDUP = ("raw_documents", "exact_duplicate")  # (stage, quarantine rule)
 NEAR_DEDUP = ("near_deduplicated_documents", "near_duplicate")
@@ -75,6 +77,10 @@ class CardData:
     lengths: dict[str, Stats | None]  # "tokens", "characters"; None: no documents
     token_lengths: npt.NDArray[np.int64]  # per final document, for the histograms
     character_lengths: npt.NDArray[np.int64]
+    # batch -> (source, the policy it was curated under; None: not recorded)
+    policies: dict[str, tuple[str, DatasetPolicy | None]]
+    # batch -> [(stage, rule, records quarantined)], in pipeline order
+    drops_by_batch: dict[str, list[tuple[str, str, int]]]
 
 
 def read_card_data(settings: Settings, version: DatasetVersion) -> CardData:
@@ -94,6 +100,8 @@ def read_card_data(settings: Settings, version: DatasetVersion) -> CardData:
         lengths={"tokens": _stats(token_lengths), "characters": _stats(character_lengths)},
         token_lengths=token_lengths,
         character_lengths=character_lengths,
+        policies=version_policies(settings, version.version_key),
+        drops_by_batch=_drops_by_batch(settings, version),
     )
 
 
@@ -158,6 +166,22 @@ def _stage_flows(settings: Settings, version: DatasetVersion) -> list[StageFlow]
         records_in = flows[-1].kept if flows else kept + sum(quarantined.values())
         flows.append(StageFlow(stage, records_in, quarantined, kept))
     return flows
+
+
+def _drops_by_batch(
+    settings: Settings, version: DatasetVersion
+) -> dict[str, list[tuple[str, str, int]]]:
+    quarantine = _read(settings, version, "quarantine", ("batch_id", "stage", "rule"))
+    grouped = quarantine.group_by(["batch_id", "stage", "rule"]).aggregate([("rule", "count")])
+    order = {stage: i for i, stage in enumerate(pipeline.STAGE_NAMES)}
+    drops: dict[str, list[tuple[str, str, int]]] = {batch: [] for batch in version.batches}
+    for row in grouped.to_pylist():
+        drops.setdefault(row["batch_id"], []).append(
+            (row["stage"], row["rule"], int(row["rule_count"]))
+        )
+    for rows in drops.values():
+        rows.sort(key=lambda r: (order.get(r[0], len(order)), r[0], -r[2], r[1]))
+    return drops
 
 
 def _pii_counts(

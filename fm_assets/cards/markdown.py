@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from fm_assets.cards.data import PERCENTILES, CardData, Groups
 from fm_assets.cards.plots import CHARACTERS_PLOT, TOKENS_PLOT, WATERFALL_PLOT
+from fm_assets.cards.policy import policy_section
 from fm_assets.execution import pipeline
 from fm_assets.versions.dataset_version import DatasetVersion
 
@@ -30,6 +31,13 @@ def render_markdown(
     order = {stage: i for i, stage in enumerate(pipeline.STAGE_NAMES)}
     stages = sorted(version.code_versions, key=lambda s: (order.get(s, len(order)), s))
     lines += _table(["Stage", "Code version"], [[s, version.code_versions[s]] for s in stages])
+    policy_lines, drop_rows = policy_section(data.policies, data.drops_by_batch)
+    lines += policy_lines
+    lines += ["### What each rule dropped, per batch", ""]
+    if drop_rows:
+        lines += _table(["Batch", "Stage", "Rule", "Records"], drop_rows)
+    else:
+        lines += ["Nothing was quarantined.", ""]
     lines += ["## Documents by source", ""]
     lines += _share_table("Source", data.by_source, data.tokens or 1)
     lines += ["## Documents by language", ""]

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from fm_assets.commands.approval import approve
+from fm_assets.commands.classifier import classifier
 from fm_assets.commands.dev import dev
 from fm_assets.commands.lineage import lineage, revoke
 from fm_assets.settings import load_settings
@@ -103,10 +104,16 @@ def land(paths: tuple[str, ...], source: str, license_: str, namespace: str) -> 
 @click.option("--batch", "batch_id", required=True, help="Landing batch id (from `fm land`).")
 def run(batch_id: str) -> None:
     """Process one landing batch through every stage; exits 1 when a blocking check fails."""
-    from fm_assets.execution.preflight import check_run_preconditions
+    from fm_assets.execution.preflight import DefaultClassifierMissing, check_run_preconditions
 
     settings = load_settings()
-    check_run_preconditions(settings, batch_id)  # before Dagster is even imported: fails fast
+    try:
+        check_run_preconditions(settings, batch_id)  # before Dagster is even imported: fast
+    except DefaultClassifierMissing:
+        from fm_assets.commands.operations import train_default_classifier
+
+        train_default_classifier(settings, _echo)
+        check_run_preconditions(settings, batch_id)
     from fm_assets.checks.table import batch_up_to_date
 
     if batch_up_to_date(settings, batch_id):
@@ -209,58 +216,6 @@ def registry_add(name: str, path: str, fields: str) -> None:
     click.echo(name)
 
 
-@main.group()
-def classifier() -> None:
-    """Quality classifiers (fastText, DCLM-style)."""
-
-
-@classifier.command("train")
-@click.option(
-    "--positive", "positives", multiple=True, type=click.Path(exists=True, dir_okay=False)
-)
-@click.option(
-    "--negative", "negatives", multiple=True, type=click.Path(exists=True, dir_okay=False)
-)
-@click.option(
-    "--default-recipe",
-    is_flag=True,
-    help="Article bodies vs page boilerplate from the shared extraction benchmark.",
-)
-@click.option(
-    "--data-dir",
-    default="../shared/data",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="The shared data directory the default recipe reads.",
-)
-def classifier_train(
-    positives: tuple[str, ...], negatives: tuple[str, ...], default_recipe: bool, data_dir: str
-) -> None:
-    """Train and register a quality classifier; prints its model sha256 last.
-
-    --positive/--negative: .jsonl(.gz) files (one document per line, field "text") or text
-    files (one document each). Or --default-recipe.
-    """
-    from fm_assets.commands.operations import train_classifier
-    from fm_assets.commands.training_text import read_documents
-
-    if default_recipe == bool(positives or negatives):
-        raise click.UsageError("give either --default-recipe or --positive and --negative files")
-    pos: list[Any]
-    neg: list[Any]
-    if default_recipe:
-        from fm_assets.curation.classifier.recipe import default_training_data
-
-        pos, neg, sources = default_training_data(Path(data_dir))
-    else:
-        if not positives or not negatives:
-            raise click.UsageError("give at least one --positive and one --negative file")
-        pos, neg = read_documents(positives), read_documents(negatives)
-        sources = {"positive": ", ".join(positives), "negative": ", ".join(negatives)}
-    digest = train_classifier(load_settings(), list(pos), list(neg), sources, _echo)
-    click.echo(digest)
-
-
 @main.command()
 @click.argument("table")
 @click.option("--batch", "batch_id", default=None)
@@ -319,6 +274,16 @@ def gc(older_than_hours: float, dry_run: bool) -> None:
 
 
 @main.command()
+@click.argument("doc_id")
+def explain(doc_id: str) -> None:
+    """Every stage's decision on one document, with the scores and thresholds behind it."""
+    from fm_assets.commands.explain import explain_document
+
+    for line in explain_document(load_settings(), doc_id):
+        click.echo(line)
+
+
+@main.command()
 def status() -> None:
     """Batches, versions, shard sets and failing checks."""
     from fm_assets.commands.status import render_status
@@ -359,6 +324,7 @@ def demo(
     click.echo(key)
 
 
+main.add_command(classifier)
 main.add_command(dev)
 main.add_command(lineage)
 main.add_command(revoke)

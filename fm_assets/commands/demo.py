@@ -2,7 +2,10 @@
 
 With no input files it writes a small sample of its own (generated prose as JSONL, an HTML page
 and a WARC with a few responses, plus a duplicate and some broken records so the quarantine has
-something to show). Third-party data is never copied into the repository.
+something to show). Third-party data is never copied into the repository. The sample is curated
+under its source's policy: without FM_POLICY_FILE the default web policy, whose repetition rules
+drop most of the generated prose (a small grammar repeats its phrases), with the reasons logged;
+the default quality classifier is trained on first need from FM_SHARED_DATA.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from pathlib import Path
 
 import fm_loader
 from fm_assets.commands.operations import Log, build_shards, create_version, land, run_batch
+from fm_assets.curation.policy import load_policy
 from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings
+from fm_assets.versions.dataset_version import drop_summary
 
 _WORDS = {
     "subject": [
@@ -196,6 +201,12 @@ def run_demo(
         f"{'landed' if created else 'found'} batch {manifest.batch_id}: {len(manifest.files)} files"
     )
     run_batch(settings, manifest.batch_id, log)
+    policy = load_policy(settings, source)
+    log(
+        f"curated under the {policy.base} policy of source {source!r} "
+        f"({'FM_POLICY_FILE' if settings.policy_file else 'no FM_POLICY_FILE: the default'}); "
+        f"what it dropped: {drop_summary(settings, [manifest.batch_id])}"
+    )
     version_key = create_version(settings, dataset, [], log)
     log(f"created {version_key}")
     shard_set = build_shards(settings, version_key, info.tokenizer_hash, seq_len, log)

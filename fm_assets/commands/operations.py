@@ -30,8 +30,12 @@ from fm_assets.defs.partitions import (
     quality_classifiers,
     shard_configs,
 )
-from fm_assets.execution.preflight import check_run_preconditions
-from fm_assets.registries.classifiers import register_classifier
+from fm_assets.execution.preflight import (
+    DefaultClassifierMissing,
+    PreconditionFailed,
+    check_run_preconditions,
+)
+from fm_assets.registries.classifiers import ensure_default_classifier, register_classifier
 from fm_assets.registries.tokenizers import resolve_tokenizer
 from fm_assets.settings import Settings
 from fm_assets.shards.build import shard_config_key, shard_set_key
@@ -49,6 +53,7 @@ __all__ = [
     "register_benchmark",
     "run_batch",
     "train_classifier",
+    "train_default_classifier",
 ]
 
 
@@ -69,7 +74,7 @@ def run_batch(
     `check_preconditions=False` when the caller has just checked them.
     """
     if check_preconditions:
-        check_run_preconditions(settings, batch_id)
+        check_batch_preconditions(settings, batch_id, log)
     gate = approval_gate(settings, batch_id)
     if gate is not None:
         if decisions(settings, batch_id):  # the latest decision was a rejection
@@ -87,6 +92,27 @@ def run_batch(
     # Tagged like the sensor's runs: the sensor sees this run and requests no second one.
     keys = [k.to_user_string() for k in BATCH_ASSET_KEYS]
     materialize(settings, keys, batch_id, log, tags={BATCH_TAG: batch_id})
+
+
+def check_batch_preconditions(settings: Settings, batch_id: str, log: Log) -> None:
+    """`check_run_preconditions`, training the default quality classifier on first need."""
+    try:
+        check_run_preconditions(settings, batch_id)
+    except DefaultClassifierMissing:
+        train_default_classifier(settings, log)
+        check_run_preconditions(settings, batch_id)
+
+
+def train_default_classifier(settings: Settings, log: Log) -> str:
+    """Train the default recipe's classifier (from FM_SHARED_DATA) on first need, make it the
+    default and record it in Dagster; PreconditionFailed naming the fix without the data."""
+    try:
+        digest = ensure_default_classifier(settings, log)
+    except ValueError as exc:
+        raise PreconditionFailed(str(exc)) from exc
+    add_partitions(settings, quality_classifiers, [digest])
+    materialize(settings, ["quality_classifier_registry"], digest, log)
+    return digest
 
 
 def create_version(settings: Settings, dataset: str, batches: list[str], log: Log) -> str:
@@ -119,8 +145,11 @@ def train_classifier(
     negatives: list[Any],
     sources: dict[str, str],
     log: Log,
+    *,
+    make_default: bool = False,
 ) -> str:
-    """Train a fastText quality classifier, register it by hash, record it in Dagster."""
+    """Train a fastText quality classifier, register it by hash (and as the default when
+    `make_default`), record it in Dagster."""
 
     with tempfile.TemporaryDirectory(prefix="fm-classifier-") as out:
         log(f"training on {len(positives)} positive and {len(negatives)} negative documents")
@@ -129,9 +158,11 @@ def train_classifier(
             f"held-out accuracy {report.holdout_accuracy:.3f} (precision "
             f"{report.holdout_precision:.3f}, recall {report.holdout_recall:.3f})"
         )
-        info = register_classifier(settings, report)
+        info = register_classifier(settings, report, make_default=make_default)
     add_partitions(settings, quality_classifiers, [info.model_sha256])
     materialize(settings, ["quality_classifier_registry"], info.model_sha256, log)
+    if make_default:
+        log(f"quality classifier {info.model_sha256[:12]} is the default")
     return info.model_sha256
 
 

@@ -11,11 +11,12 @@ from fm_assets.checks.table import BATCH_CHECKS, BatchSubject, evaluate, stage_d
 from fm_assets.curation.approval import approval_gate
 from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.landing import LANDING_BATCH
-from fm_assets.defs.partitions import landing_batches
+from fm_assets.defs.partitions import landing_batches, quality_classifiers
 from fm_assets.defs.progress import progress_logger
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.execution import pipeline
 from fm_assets.execution.runner import run_stage
+from fm_assets.registries.classifiers import NoDefaultClassifier, ensure_default_classifier
 
 
 def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.AssetsDefinition:
@@ -39,13 +40,26 @@ def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.A
             waiting = approval_gate(settings, batch_id)
             if waiting is not None:
                 raise dg.Failure(description=waiting)
-        report = run_stage(
-            settings,
-            entry.name,
-            batch_id,
-            run_id=context.run.run_id,
-            progress=progress_logger(context),
-        )
+        progress = progress_logger(context)
+        try:
+            report = run_stage(
+                settings, entry.name, batch_id, run_id=context.run.run_id, progress=progress
+            )
+        except NoDefaultClassifier:
+            # A sensor's run needs the default classifier too: train it where the recipe's
+            # data is (else this fails naming the command), and show it in the registry.
+            digest = ensure_default_classifier(settings, progress)
+            context.instance.add_dynamic_partitions(quality_classifiers.name, [digest])
+            context.instance.report_runless_asset_event(
+                dg.AssetMaterialization(
+                    dg.AssetKey("quality_classifier_registry"),
+                    partition=digest,
+                    description="the default quality classifier, trained on first need",
+                )
+            )
+            report = run_stage(
+                settings, entry.name, batch_id, run_id=context.run.run_id, progress=progress
+            )
         # The checks read the output and the quarantine as they stand now: if neither changed
         # since a passing evaluation (a rerun that had nothing to do), that evaluation stands.
         data_version = stage_data_version(settings, entry.name, report.stage_key)

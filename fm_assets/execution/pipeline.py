@@ -7,13 +7,14 @@ follow this list.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from fm_assets.contamination.registry import CONTAMINATION_RULES_VERSION
 from fm_assets.contamination.store import registry_ref
-from fm_assets.curation.policy import DatasetPolicy
-from fm_assets.registries.classifiers import require_classifier
+from fm_assets.curation.policy import DEFAULT_CLASSIFIER, DatasetPolicy
+from fm_assets.registries.classifiers import ClassifierInfo, default_classifier, require_classifier
 from fm_assets.registries.tokenizers import default_tokenizer
 from fm_assets.settings import Settings
 from fm_assets.stages.base import Stage
@@ -23,7 +24,7 @@ from fm_assets.stages.language import LanguageStage
 from fm_assets.stages.neardup import NearDupStage
 from fm_assets.stages.normalize import NormalizeStage
 from fm_assets.stages.pii import PiiStage
-from fm_assets.stages.quality import QualityFilterStage, QualityScoreStage, thresholds_json
+from fm_assets.stages.quality import QualityFilterStage, QualityScoreStage, rules_json
 from fm_assets.stages.raw import RawStage
 from fm_assets.stages.tokenize import TokenizeStage
 
@@ -36,10 +37,24 @@ def _raw(settings: Settings, policy: DatasetPolicy) -> Stage:
     )
 
 
+def resolve_policy(settings: Settings, policy: DatasetPolicy) -> DatasetPolicy:
+    """`policy` with the default classifier named by its registered sha256 (what the content
+    key and the records of a run carry); NoDefaultClassifier when none is registered."""
+    if policy.classifier_sha256 != DEFAULT_CLASSIFIER:
+        return policy
+    return dataclasses.replace(policy, classifier_sha256=default_classifier(settings).model_sha256)
+
+
+def _classifier(settings: Settings, sha256: str) -> ClassifierInfo:
+    if sha256 == DEFAULT_CLASSIFIER:
+        return default_classifier(settings)
+    return require_classifier(settings, sha256)
+
+
 def _quality_scores(settings: Settings, policy: DatasetPolicy) -> Stage:
     if policy.classifier_sha256 is None:
         return QualityScoreStage()
-    info = require_classifier(settings, policy.classifier_sha256)
+    info = _classifier(settings, policy.classifier_sha256)
     return QualityScoreStage(
         classifier_sha256=info.model_sha256,
         classifier_uri=info.uri,
@@ -49,8 +64,9 @@ def _quality_scores(settings: Settings, policy: DatasetPolicy) -> Stage:
 
 def _quality_filter(settings: Settings, policy: DatasetPolicy) -> Stage:
     return QualityFilterStage(
-        thresholds_json=thresholds_json(policy.thresholds()),
-        min_classifier_score=policy.min_classifier_score,
+        rules_json=rules_json(policy.rules()),
+        # Without a classifier its score is null and never judged; keep the config honest.
+        min_classifier_score=policy.min_classifier_score if policy.classifier_sha256 else 0.0,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fm_assets.curation.policy import load_policy
 from fm_assets.execution.pipeline import CURATION_STAGES
+from fm_assets.registries.classifiers import NoDefaultClassifier
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.landing import read_manifest
@@ -15,12 +16,17 @@ class PreconditionFailed(ValueError):
     """A batch run cannot succeed as configured; the message says what to do."""
 
 
+class DefaultClassifierMissing(PreconditionFailed):
+    """The only thing missing is the default quality classifier, which `fm run` can train."""
+
+
 def check_run_preconditions(settings: Settings, batch_id: str) -> None:
     """Raise PreconditionFailed unless every stage of `batch_id` can be built and run.
 
     Checks, in order: the object store answers and holds the batch's manifest; the Iceberg catalog
     opens; the batch's policy parses; every stage builds from it (a default tokenizer registered,
-    the policy's classifier registered, the contamination registry readable).
+    the policy's classifier registered, the contamination registry readable). When the default
+    quality classifier is all that is missing, raises DefaultClassifierMissing.
     """
     try:
         manifest = read_manifest(open_object_store(settings), batch_id)
@@ -38,11 +44,21 @@ def check_run_preconditions(settings: Settings, batch_id: str) -> None:
             f"the Iceberg catalog does not open (FM_CATALOG_URI): {_first_line(exc)}"
         ) from exc
     policy = load_policy(settings, manifest.source)  # raises ValueError naming the file
+    missing_classifier: PreconditionFailed | None = None
     for entry in CURATION_STAGES:
         try:
             entry.build(settings, policy)
+        except NoDefaultClassifier as exc:
+            # Reported only if nothing else is wrong: the caller may train it, and must not
+            # do so for a run that would then fail on something else.
+            missing_classifier = DefaultClassifierMissing(
+                f"{entry.name} cannot run: {_first_line(exc)}"
+            )
+            missing_classifier.__cause__ = exc
         except ValueError as exc:
             raise PreconditionFailed(f"{entry.name} cannot run: {_first_line(exc)}") from exc
+    if missing_classifier is not None:
+        raise missing_classifier
 
 
 def _first_line(exc: BaseException) -> str:

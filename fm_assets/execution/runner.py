@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import hashlib
+import json
 import time
 import uuid
 from collections import Counter
@@ -20,13 +21,14 @@ from dataclasses import dataclass, field
 
 from pyiceberg.manifest import DataFile
 
-from fm_assets.curation.policy import load_policy
+from fm_assets.curation.policy import DatasetPolicy, load_policy
 from fm_assets.execution import pipeline
 from fm_assets.execution.compute import Progress, ensure_ray, ray_cpus, run_tasks
 from fm_assets.execution.exact_dedup import run_raw
 from fm_assets.execution.near_dedup import run_near_dedup
 from fm_assets.execution.planning import table_slices
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, process_files
+from fm_assets.registries.classifiers import NoDefaultClassifier
 from fm_assets.settings import Settings
 from fm_assets.stages.base import Stage
 from fm_assets.stages.neardup import NearDupStage
@@ -89,6 +91,7 @@ class _Plan:
 
     stage: Stage
     manifest: BatchManifest
+    policy: DatasetPolicy  # resolved where it can be: the default classifier named by its hash
     upstream: str | None
     stage_key: str
     input_snapshot_id: int | None
@@ -97,7 +100,12 @@ class _Plan:
 
 def _plan(settings: Settings, stage_name: str, batch_id: str) -> _Plan:
     manifest = read_manifest(open_object_store(settings), batch_id)
-    stage = pipeline.entry(stage_name).build(settings, load_policy(settings, manifest.source))
+    policy = load_policy(settings, manifest.source)
+    # Only the quality stage needs the default classifier, and its build below says how to
+    # get one; the other stages record the policy naming it "default".
+    with contextlib.suppress(NoDefaultClassifier):
+        policy = pipeline.resolve_policy(settings, policy)
+    stage = pipeline.entry(stage_name).build(settings, policy)
     upstream = pipeline.upstream_of(stage_name)
     if upstream is None:
         earlier = earlier_batches(settings, batch_id)
@@ -112,7 +120,7 @@ def _plan(settings: Settings, stage_name: str, batch_id: str) -> _Plan:
         upstream_key = str(run["stage_key"])
         snapshot, kept = int(run["output_snapshot_id"]), int(run["records_kept"])
     key = _digest(upstream_key, stage.name, stage.version, stage.config_hash())
-    return _Plan(stage, manifest, upstream, key, snapshot, kept)
+    return _Plan(stage, manifest, policy, upstream, key, snapshot, kept)
 
 
 def up_to_date(settings: Settings, stage_name: str, batch_id: str) -> str | None:
@@ -211,6 +219,8 @@ def _run_stage(
             "records_quarantined": bad,
             "run_id": run_id,
             "committed_at": dt.datetime.now(dt.UTC),
+            "policy_json": plan.policy.to_json(),
+            "config_json": json.dumps(stage.config(), sort_keys=True, default=str),
         },
     )
     report = StageRunReport(

@@ -1,31 +1,43 @@
 """Quality: score every document (heuristics + classifier), then decide per dataset policy.
 
 Two stages, so thresholds change without rescoring: `quality_scored_documents` stores the
-Gopher/C4/FineWeb scores and the classifier's P(high quality) for every document and drops
-nothing; `quality_filtered_documents` reads those stored scores and applies the policy.
+Gopher/C4/FineWeb/script-aware scores and the classifier's P(high quality) for every document
+and drops nothing; `quality_filtered_documents` reads those stored scores and applies the
+policy's thresholds of each document's language family.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import pyarrow as pa
 
 from fm_assets.curation.classifier.scoring import score_texts as classify
+from fm_assets.curation.quality.families import LANGUAGE_RULES_VERSION, decide_by_family
 from fm_assets.curation.quality.scores import RULES_VERSION, SCORE_COLUMNS, score_texts
-from fm_assets.curation.quality.thresholds import QualityThresholds, decide_batch
+from fm_assets.curation.quality.script import SCRIPT
+from fm_assets.curation.quality.thresholds import QUALITY_RULES, QualityThresholds
 from fm_assets.registries.classifiers import load_registered_classifier
 from fm_assets.stages.base import Stage, StageResult, split_kept
 from fm_assets.storage import schemas
+
+RULES_BY_CODE = {rule.code: rule for rule in QUALITY_RULES}
 
 # Scores only: every document of the batch is kept; `quality_filtered_documents` decides.
 QUALITY_SCORED_DOCUMENTS = pa.schema(
     [
         *schemas.TEXT_DOCUMENTS,
         pa.field("language", pa.string(), nullable=False),
-        *(pa.field(name, dtype, nullable=False) for name, dtype in SCORE_COLUMNS.items()),
+        # Nullable so that a table created before a rule set existed gains its columns (schema
+        # evolution adds optional fields); the stage writes a value in every row.
+        *(
+            pa.field(name, dtype, nullable=name.startswith(SCRIPT))
+            for name, dtype in SCORE_COLUMNS.items()
+        ),
         pa.field("classifier_sha256", pa.string(), nullable=True),
         pa.field("classifier_score", pa.float64(), nullable=True),  # P(high quality)
     ]
@@ -34,7 +46,7 @@ QUALITY_SCORED_DOCUMENTS = pa.schema(
 
 @dataclass(frozen=True)
 class QualityScoreStage(Stage):
-    """Gopher/C4/FineWeb quality scores and the registered classifier's score, as columns.
+    """Gopher/C4/FineWeb/script-aware quality scores and the classifier's score, as columns.
 
     Store heuristic scores and, when the policy names one, a registered classifier's score.
     """
@@ -67,30 +79,35 @@ class QualityScoreStage(Stage):
 
 @dataclass(frozen=True)
 class QualityFilterStage(Stage):
-    """The dataset's quality thresholds applied to the stored scores (no rescoring).
+    """The dataset's quality thresholds applied to the stored scores (no rescoring), by language.
 
-    Keep documents whose stored scores pass the dataset's thresholds; quarantine the rest
-    under the first failing rule's code (e.g. `gopher_min_words`, `quality_classifier`).
+    Keep documents whose stored scores pass the thresholds of their language family (English,
+    other spaced languages, CJK); quarantine the rest under the first failing rule's code
+    (e.g. `gopher_min_words`, `script_min_units`, `quality_classifier`).
     """
 
     name: ClassVar[str] = "quality_filtered_documents"
-    version: ClassVar[str] = "1"
+    # 2: rules chosen per language family; reasons state the score and the bound.
+    version: ClassVar[str] = f"2-{LANGUAGE_RULES_VERSION}"
     output_schema: ClassVar[pa.Schema] = schemas.TEXT_DOCUMENTS
 
-    thresholds_json: str = "{}"  # the policy's QualityThresholds, canonical JSON (config hash)
+    rules_json: str = "{}"  # {family: QualityThresholds}, canonical JSON (`rules_json`)
     min_classifier_score: float = 0.0
 
-    def process(self, batch: pa.Table) -> StageResult:
+    def rules(self) -> dict[str, QualityThresholds]:
+        """The thresholds of each language family this stage applies."""
+        return parse_rules_json(self.rules_json)
 
-        raw = json.loads(self.thresholds_json)
-        thresholds = QualityThresholds(**{**raw, "rule_sets": frozenset(raw.get("rule_sets", ()))})
+    def process(self, batch: pa.Table) -> StageResult:
+        rules = self.rules()
         scores = batch.select(list(SCORE_COLUMNS))
-        reasons = decide_batch(scores, thresholds)
+        decided = decide_by_family(scores, batch.column("language").to_pylist(), rules)
         classifier = batch.column("classifier_score").to_pylist()
         rejects: list[tuple[int, str, str]] = []
-        for i, reason in enumerate(reasons):
+        for i, (family, reason) in enumerate(decided):
             if reason is not None:
-                rejects.append((i, reason, f"fails the dataset's quality rule {reason}"))
+                value = scores.column(RULES_BY_CODE[reason].column)[i].as_py()
+                rejects.append((i, reason, rule_reason(reason, value, rules[family], family)))
             elif classifier[i] is not None and classifier[i] < self.min_classifier_score:
                 rejects.append(
                     (
@@ -105,10 +122,32 @@ class QualityFilterStage(Stage):
         return split_kept(batch, keep, {}, self.output_schema, rejects)
 
 
-def thresholds_json(thresholds: object) -> str:
-    """Canonical JSON of a QualityThresholds (rule_sets sorted): the filter stage's config."""
-    import dataclasses
+def rule_reason(code: str, value: object, thresholds: QualityThresholds, family: str) -> str:
+    """A quarantine reason a person can act on: the score, the bound, the family's rules."""
+    rule = RULES_BY_CODE[code]
+    bound = getattr(thresholds, rule.threshold)
+    score = rule.column.split("__", 1)[1]
+    shown = "missing" if value is None else f"{value:.4g}" if isinstance(value, float) else value
+    return f"{score} {shown}, kept when {rule.op} {bound:g} ({family} rules)"
 
-    values = dataclasses.asdict(thresholds)  # type: ignore[call-overload]
+
+def thresholds_dict(thresholds: QualityThresholds) -> dict[str, object]:
+    """A QualityThresholds as plain JSON values (rule_sets sorted)."""
+    values = dataclasses.asdict(thresholds)
     values["rule_sets"] = sorted(values["rule_sets"])
-    return json.dumps(values, sort_keys=True)
+    return values
+
+
+def rules_json(rules: Mapping[str, QualityThresholds]) -> str:
+    """Canonical JSON of each family's thresholds: the filter stage's config."""
+    return json.dumps(
+        {family: thresholds_dict(t) for family, t in sorted(rules.items())}, sort_keys=True
+    )
+
+
+def parse_rules_json(text: str) -> dict[str, QualityThresholds]:
+    """The inverse of `rules_json`."""
+    return {
+        family: QualityThresholds(**{**raw, "rule_sets": frozenset(raw["rule_sets"])})
+        for family, raw in json.loads(text).items()
+    }

@@ -37,6 +37,10 @@ STAGE_RUNS = sa.Table(
     sa.Column("records_quarantined", sa.BigInteger, nullable=False),
     sa.Column("run_id", sa.String(255), nullable=True),
     sa.Column("committed_at", sa.DateTime(timezone=True), nullable=False),
+    # What decided the output: the batch's curation policy and the stage's own config, as
+    # canonical JSON (null for runs recorded before they were kept).
+    sa.Column("policy_json", sa.Text, nullable=True),
+    sa.Column("config_json", sa.Text, nullable=True),
     sa.Index("fm_stage_runs_lookup", "namespace", "batch_id", "stage", "committed_at"),
 )
 

@@ -104,6 +104,26 @@ def _load_table(settings: Settings, name: str) -> Table:
     return catalog.load_table(identifier)
 
 
+def _add_columns(catalog: Catalog, identifier: str, table: Table, schema: pa.Schema) -> None:
+    """Add the columns a newer platform declares to a table an older one created (schema
+    evolution; rows written before read them as null). Only nullable columns can be added."""
+    present = set(table.schema().column_names)
+    required = [f.name for f in schema if f.name not in present and not f.nullable]
+    if required:
+        raise RuntimeError(
+            f"table {identifier} lacks the required columns {required} this platform declares; "
+            "declare new columns nullable so existing tables can gain them"
+        )
+    with _lock:
+        try:
+            with table.update_schema() as update:
+                update.union_by_name(schema)
+        except CommitFailedException:
+            table = catalog.load_table(identifier)  # another process evolved it first
+            if set(schema.names) - set(table.schema().column_names):
+                raise
+
+
 def _partition(catalog: Catalog, identifier: str, table: Table, columns: tuple[str, ...]) -> None:
     """Partition a new table, unless another process (creating it too) did so first."""
     with _lock:
@@ -112,29 +132,6 @@ def _partition(catalog: Catalog, identifier: str, table: Table, columns: tuple[s
         except CommitFailedException:
             table = catalog.load_table(identifier)
             if len(table.spec().fields) < len(columns):
-                raise
-
-
-def _add_columns(catalog: Catalog, identifier: str, table: Table, schema: pa.Schema) -> None:
-    """Give a table written by an older platform the columns its declaration gained since.
-
-    New columns are nullable, so the old files read as nulls in them; another process adding
-    them at the same time is fine.
-    """
-    missing = [f for f in schema if f.name not in table.schema().column_names]
-    required = [f.name for f in missing if not f.nullable]
-    if required:
-        raise ValueError(
-            f"table {identifier} lacks the required columns {required} of its declaration; "
-            "a column added to a declared table must be nullable (old rows have no value)"
-        )
-    with _lock:
-        try:
-            with table.update_schema() as update:
-                update.union_by_name(pa.schema(missing))
-        except CommitFailedException:
-            table = catalog.load_table(identifier)
-            if set(schema.names) - set(table.schema().column_names):
                 raise
 
 
@@ -175,8 +172,16 @@ def where_all(*conditions: BooleanExpression) -> BooleanExpression:
     return result
 
 
-def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Cast `data` to exactly `schema` (column order, types, nullability) or fail saying why."""
+def conform(data: pa.Table, schema: pa.Schema, *, fill_nullable: bool = False) -> pa.Table:
+    """Cast `data` to exactly `schema` (column order, types, nullability) or fail saying why.
+
+    `fill_nullable`: a nullable column `data` lacks reads as nulls (a snapshot written before
+    the column was added to its table).
+    """
+    if fill_nullable:
+        for f in schema:
+            if f.nullable and f.name not in data.column_names:
+                data = data.append_column(f.name, pa.nulls(data.num_rows, f.type))
     missing = [f.name for f in schema if f.name not in data.column_names]
     if missing:
         raise ValueError(f"table is missing columns {missing}; expected {schema.names}")
@@ -205,7 +210,7 @@ def read_table(
     schema = table_schema(name)
     if columns:
         schema = pa.schema([schema.field(c) for c in columns])
-    return conform(data, schema)
+    return conform(data, schema, fill_nullable=True)
 
 
 def read_batch(

@@ -36,6 +36,7 @@ from fm_assets.versions.membership import (
     revoked_documents,
     version_namespaces,
 )
+from fm_assets.versions.policies import record_policies, refuse_stale_batches
 
 _KEY = re.compile(r"^(?P<dataset>[a-z0-9][a-z0-9_.-]*)@v(?P<n>[1-9][0-9]*)$")
 DATASET_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -142,6 +143,7 @@ def choose_batches(settings: Settings, version_key: str, batches: list[str] | No
             f"batches {', '.join(missing)} have not run {final}; run `fm run --batch ID` first"
         )
     load_namespace_policy(settings).refuse_mix(batch_namespaces(settings, chosen), version_key)
+    refuse_stale_batches(settings, version_key, chosen)
     if sum(int(run["records_kept"]) for run in runs.values() if run) == 0:
         raise ValueError(
             f"{version_key} would hold no documents: {drop_summary(settings, chosen)}; "
@@ -247,6 +249,7 @@ def create_version(
     )
     exclude_documents(settings, version_key, excluded)
     record_namespaces(settings, version_key, batch_namespaces(settings, chosen))
+    record_policies(settings, version_key, chosen)
     register_version(settings, version, run_id)
     return version, True
 

@@ -34,6 +34,7 @@ from fm_assets.versions.membership import (
     excluded_documents,
     record_namespaces,
 )
+from fm_assets.versions.policies import copy_policies
 
 VERSION_REVOCATIONS = pa.schema(
     [
@@ -123,6 +124,7 @@ def cut_replacement(
     # The exclusions first: once the version row exists, readers trust it.
     exclude_documents(settings, key, {d: f"via {version.version_key}" for d in previous} | removed)
     record_namespaces(settings, key, namespaces_of(settings, version))
+    copy_policies(settings, version.version_key, key)
     register_version(settings, replacement, run_id=None)
     return replacement
 

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from tests.paths import REPO
+from tests.policies import opt_out_policy
 from tests.services import s3 as s3_service
 from tests.services.postgres import PostgresServer, postgres_server
 from tests.services.ray_cluster import RayCluster, ray_cluster
@@ -266,6 +267,9 @@ def production(
         "FM_CATALOG_URI": postgres.url("fm_catalog", driver="postgresql+psycopg2"),
         "FM_DAGSTER_PG_URL": postgres.url("fm_dagster"),
         "TOKENIZERS_PARALLELISM": "false",
+        # The subject is the production services, not curation: the sample's repetitive
+        # generated prose goes through (the default web policy has its own test).
+        "FM_POLICY_FILE": str(opt_out_policy(root)),
     }
     for name in ("DAGSTER_HOME", "FM_RAY_NUM_CPUS"):
         env.pop(name, None)

@@ -11,11 +11,13 @@ import pyarrow as pa
 from fm_assets.curation.quality.c4 import C4, C4_COLUMNS, c4_scores
 from fm_assets.curation.quality.fineweb import FINEWEB, FINEWEB_COLUMNS, fineweb_scores
 from fm_assets.curation.quality.gopher import GOPHER, GOPHER_COLUMNS, gopher_scores
+from fm_assets.curation.quality.script import SCRIPT, SCRIPT_COLUMNS, script_scores
 from fm_assets.curation.quality.text import ParsedText, Score, column_name
 
 # Moves with any change in the scores of any rule set (a new rule-set version included).
-RULES_VERSION: Final = "quality_rules_v1"
-RULE_SETS: Final = (GOPHER, C4, FINEWEB)
+# v2: the script-aware rule set script_v1 joined.
+RULES_VERSION: Final = "quality_rules_v2"
+RULE_SETS: Final = (GOPHER, C4, FINEWEB, SCRIPT)
 
 SCORE_COLUMNS: Final[dict[str, pa.DataType]] = {
     column_name(rule_set, name): dtype
@@ -23,6 +25,7 @@ SCORE_COLUMNS: Final[dict[str, pa.DataType]] = {
         (GOPHER, GOPHER_COLUMNS),
         (C4, C4_COLUMNS),
         (FINEWEB, FINEWEB_COLUMNS),
+        (SCRIPT, SCRIPT_COLUMNS),
     )
     for name, dtype in columns
 }
@@ -48,4 +51,5 @@ def score_text(text: str) -> dict[str, Score]:
     scores.update(gopher_scores(parsed))
     scores.update(c4_scores(parsed))
     scores.update(fineweb_scores(parsed))
+    scores.update(script_scores(parsed))
     return scores

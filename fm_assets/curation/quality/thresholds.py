@@ -20,6 +20,7 @@ from fm_assets.curation.quality.c4 import C4
 from fm_assets.curation.quality.fineweb import FINEWEB
 from fm_assets.curation.quality.gopher import GOPHER
 from fm_assets.curation.quality.scores import RULE_SETS, RULES_VERSION
+from fm_assets.curation.quality.script import SCRIPT
 from fm_assets.curation.quality.text import Score, column_name
 
 
@@ -75,6 +76,14 @@ class QualityThresholds:
     fineweb_max_short_line_fraction: float | None = 0.67
     fineweb_max_char_dup_ratio: float | None = 0.1
     fineweb_max_list_ratio: float | None = 0.3
+    # Script-aware stand-ins (script_v1), off unless a language family turns them on
+    # (families.py): lengths in units, sentences of any script, newlines per unit.
+    script_min_units: float | None = None
+    script_max_units: float | None = None
+    script_max_hash_to_unit_ratio: float | None = None
+    script_max_ellipsis_to_unit_ratio: float | None = None
+    script_min_kept_sentences: float | None = None
+    script_max_list_ratio: float | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.rule_sets) - set(RULE_SETS))
@@ -93,6 +102,7 @@ class QualityThresholds:
         for low, high in (
             ("gopher_min_words", "gopher_max_words"),
             ("gopher_min_mean_word_length", "gopher_max_mean_word_length"),
+            ("script_min_units", "script_max_units"),
         ):
             low_value, high_value = getattr(self, low), getattr(self, high)
             if low_value is not None and high_value is not None and low_value > high_value:
@@ -114,85 +124,90 @@ class QualityRule:
 
 
 def _rules() -> tuple[QualityRule, ...]:
-    # (reason code, column, threshold field, comparison a kept document satisfies), in the
-    # order `decide` checks them: Gopher quality, Gopher repetition, C4, FineWeb.
-    table: list[tuple[str, str, str, str]] = [
-        ("gopher_min_words", "word_count", "gopher_min_words", ">="),
-        ("gopher_max_words", "word_count", "gopher_max_words", "<="),
-        ("gopher_min_mean_word_length", "mean_word_length", "gopher_min_mean_word_length", ">="),
-        ("gopher_max_mean_word_length", "mean_word_length", "gopher_max_mean_word_length", "<="),
-        ("gopher_hash_to_word_ratio", "hash_to_word_ratio", "gopher_max_hash_to_word_ratio", "<="),
+    # (rule set, reason code, score, threshold field, comparison a kept document satisfies), in
+    # the order `decide` checks them: Gopher quality, Gopher repetition, C4, FineWeb. A
+    # script_v1 rule sits where the rule it stands in for in a language family does.
+    g, c, f, s = GOPHER, C4, FINEWEB, SCRIPT
+    table: list[tuple[str, str, str, str, str]] = [
+        (g, "gopher_min_words", "word_count", "gopher_min_words", ">="),
+        (g, "gopher_max_words", "word_count", "gopher_max_words", "<="),
+        (s, "script_min_units", "unit_count", "script_min_units", ">="),
+        (s, "script_max_units", "unit_count", "script_max_units", "<="),
+        (g, "gopher_min_mean_word_length", "mean_word_length", "gopher_min_mean_word_length", ">="),
+        (g, "gopher_max_mean_word_length", "mean_word_length", "gopher_max_mean_word_length", "<="),
         (
+            g,
+            "gopher_hash_to_word_ratio",
+            "hash_to_word_ratio",
+            "gopher_max_hash_to_word_ratio",
+            "<=",
+        ),
+        (
+            s,
+            "script_hash_to_unit_ratio",
+            "hash_to_unit_ratio",
+            "script_max_hash_to_unit_ratio",
+            "<=",
+        ),
+        (
+            g,
             "gopher_ellipsis_to_word_ratio",
             "ellipsis_to_word_ratio",
             "gopher_max_ellipsis_to_word_ratio",
             "<=",
         ),
-        ("gopher_bullet_lines", "bullet_line_fraction", "gopher_max_bullet_line_fraction", "<="),
         (
+            s,
+            "script_ellipsis_to_unit_ratio",
+            "ellipsis_to_unit_ratio",
+            "script_max_ellipsis_to_unit_ratio",
+            "<=",
+        ),
+        (g, "gopher_bullet_lines", "bullet_line_fraction", "gopher_max_bullet_line_fraction", "<="),
+        (
+            g,
             "gopher_ellipsis_lines",
             "ellipsis_line_fraction",
             "gopher_max_ellipsis_line_fraction",
             "<=",
         ),
-        ("gopher_alpha_words", "alpha_word_fraction", "gopher_min_alpha_word_fraction", ">="),
-        ("gopher_stop_words", "stop_word_count", "gopher_min_stop_words", ">="),
+        (g, "gopher_alpha_words", "alpha_word_fraction", "gopher_min_alpha_word_fraction", ">="),
+        (g, "gopher_stop_words", "stop_word_count", "gopher_min_stop_words", ">="),
     ]
     for unit in ("line", "paragraph", "line_char", "paragraph_char"):
         score = f"dup_{unit}_fraction"
-        table.append((f"gopher_{score}", score, f"gopher_max_{score}", "<="))
+        table.append((g, f"gopher_{score}", score, f"gopher_max_{score}", "<="))
     for n in (2, 3, 4):
         score = f"top_{n}gram_char_fraction"
-        table.append((f"gopher_top_{n}gram", score, f"gopher_max_{score}", "<="))
+        table.append((g, f"gopher_top_{n}gram", score, f"gopher_max_{score}", "<="))
     for n in range(5, 11):
         score = f"dup_{n}gram_char_fraction"
-        table.append((f"gopher_dup_{n}gram", score, f"gopher_max_{score}", "<="))
-    rules = [
-        QualityRule(code, column_name(GOPHER, score), field, op) for code, score, field, op in table
+        table.append((g, f"gopher_dup_{n}gram", score, f"gopher_max_{score}", "<="))
+    table += [
+        (c, "c4_lorem_ipsum", "lorem_ipsum_count", "c4_max_lorem_ipsum", "<="),
+        (c, "c4_curly_bracket", "curly_bracket_count", "c4_max_curly_brackets", "<="),
+        (c, "c4_min_sentences", "kept_sentence_count", "c4_min_kept_sentences", ">="),
+        (s, "script_min_sentences", "kept_sentence_count", "script_min_kept_sentences", ">="),
+        (
+            c,
+            "c4_terminal_punct_lines",
+            "terminal_punct_line_fraction",
+            "c4_min_terminal_punct_line_fraction",
+            ">=",
+        ),
+        (c, "c4_min_words_per_line", "min_words_per_line", "c4_min_words_per_line", ">="),
+        (c, "c4_javascript_lines", "javascript_line_count", "c4_max_javascript_lines", "<="),
+        (c, "c4_policy_lines", "policy_line_count", "c4_max_policy_lines", "<="),
+        (f, "fineweb_line_punct_ratio", "line_punct_ratio", "fineweb_min_line_punct_ratio", ">"),
+        (f, "fineweb_short_lines", "short_line_fraction", "fineweb_max_short_line_fraction", "<"),
+        (f, "fineweb_char_dup_ratio", "char_dup_ratio", "fineweb_max_char_dup_ratio", "<"),
+        (f, "fineweb_list_ratio", "list_ratio", "fineweb_max_list_ratio", "<="),
+        (s, "script_list_ratio", "list_ratio", "script_max_list_ratio", "<="),
     ]
-    for rule_set, rows in (
-        (
-            C4,
-            [
-                ("c4_lorem_ipsum", "lorem_ipsum_count", "c4_max_lorem_ipsum", "<="),
-                ("c4_curly_bracket", "curly_bracket_count", "c4_max_curly_brackets", "<="),
-                ("c4_min_sentences", "kept_sentence_count", "c4_min_kept_sentences", ">="),
-                (
-                    "c4_terminal_punct_lines",
-                    "terminal_punct_line_fraction",
-                    "c4_min_terminal_punct_line_fraction",
-                    ">=",
-                ),
-                ("c4_min_words_per_line", "min_words_per_line", "c4_min_words_per_line", ">="),
-                ("c4_javascript_lines", "javascript_line_count", "c4_max_javascript_lines", "<="),
-                ("c4_policy_lines", "policy_line_count", "c4_max_policy_lines", "<="),
-            ],
-        ),
-        (
-            FINEWEB,
-            [
-                (
-                    "fineweb_line_punct_ratio",
-                    "line_punct_ratio",
-                    "fineweb_min_line_punct_ratio",
-                    ">",
-                ),
-                (
-                    "fineweb_short_lines",
-                    "short_line_fraction",
-                    "fineweb_max_short_line_fraction",
-                    "<",
-                ),
-                ("fineweb_char_dup_ratio", "char_dup_ratio", "fineweb_max_char_dup_ratio", "<"),
-                ("fineweb_list_ratio", "list_ratio", "fineweb_max_list_ratio", "<="),
-            ],
-        ),
-    ):
-        rules += [
-            QualityRule(code, column_name(rule_set, score), field, op)
-            for code, score, field, op in rows
-        ]
-    return tuple(rules)
+    return tuple(
+        QualityRule(code, column_name(rule_set, score), field, op)
+        for rule_set, code, score, field, op in table
+    )
 
 
 QUALITY_RULES: Final = _rules()
@@ -214,6 +229,31 @@ def _active_rules(thresholds: QualityThresholds) -> list[tuple[QualityRule, floa
         if threshold is not None and rule.rule_set in thresholds.rule_sets:
             active.append((rule, float(threshold)))
     return active
+
+
+@dataclass(frozen=True)
+class RuleCheck:
+    """One active rule's verdict on one document: its score, its bound, whether it passes."""
+
+    rule: QualityRule
+    threshold: float
+    value: Score | None
+    passed: bool
+
+
+def check_rules(
+    scores_row: Mapping[str, Score | None], thresholds: QualityThresholds
+) -> list[RuleCheck]:
+    """Every active rule's verdict on one document, in `QUALITY_RULES` order: `decide` returns
+    the code of the first that fails. A missing score (None or NaN) fails."""
+    checks = []
+    for rule, threshold in _active_rules(thresholds):
+        if rule.column not in scores_row:
+            raise _missing_column(rule.column)
+        value = scores_row[rule.column]
+        passed = value is not None and bool(_KEEP[rule.op](float(value), threshold))
+        checks.append(RuleCheck(rule, threshold, value, passed))
+    return checks
 
 
 def _missing_column(column: str) -> ValueError:
