@@ -149,19 +149,20 @@ def test_snapshots_record_stage_lineage(spine: Spine) -> None:
 
 
 def test_rerun_with_same_inputs_does_no_work(spine: Spine) -> None:
-    from dagster import AssetKey, DagsterInstance
+    from dagster import DagsterInstance
 
     s = spine.settings
     runs_before = len(bookkeeping.stage_runs(s))
     snapshots_before = {t: catalog.current_snapshot_id(s, t) for t in pipeline.STAGE_NAMES}
-    operations.run_batch(s, spine.batch.batch_id, lambda message: None)
+    dagster_runs_before = DagsterInstance.get().get_runs_count()
+    log: list[str] = []
+    # Right after the first run: every later stage's quarantine commit must not make an earlier
+    # stage's checks look stale, or the rerun would start Dagster to re-evaluate them.
+    operations.run_batch(s, spine.batch.batch_id, log.append)
+    assert any("nothing to do" in line for line in log), log
+    assert DagsterInstance.get().get_runs_count() == dagster_runs_before
     assert len(bookkeeping.stage_runs(s)) == runs_before
     assert {t: catalog.current_snapshot_id(s, t) for t in pipeline.STAGE_NAMES} == snapshots_before
-    instance = DagsterInstance.get()
-    for stage in pipeline.STAGE_NAMES:
-        event = instance.get_latest_materialization_event(AssetKey(stage))
-        metadata = event.asset_materialization.metadata
-        assert metadata["skipped"].value is True, stage
 
 
 def test_version_is_tagged_and_immutable(spine: Spine) -> None:
