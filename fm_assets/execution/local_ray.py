@@ -65,11 +65,14 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_local_ray(settings: Settings) -> str:
-    """Start this FM_HOME's local Ray head (or return the running one's address)."""
-    running = running_local_ray(settings)
-    if running is not None:
-        return running
+def launch_local_ray(settings: Settings) -> None:
+    """Begin starting this FM_HOME's local Ray in the background, unless one runs or is starting.
+
+    A command that will need Ray calls this first, so Ray's start-up overlaps its own (imports,
+    Dagster); `start_local_ray` then waits for it.
+    """
+    if running_local_ray(settings) is not None or _starting(settings) is not None:
+        return
     address = f"127.0.0.1:{_free_port()}"
     log_dir = settings.home / "ray"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -97,17 +100,44 @@ def start_local_ray(settings: Settings) -> str:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
+    _STARTED[process.pid] = process
+    _state_file(settings).write_text(json.dumps({"address": address, "pid": process.pid}))
+
+
+def _starting(settings: Settings) -> tuple[str, int] | None:
+    """(address, pid) of a head launched for this FM_HOME whose process is alive, else None."""
+    path = _state_file(settings)
+    if not path.is_file():
+        return None
+    state = json.loads(path.read_text())
+    pid = int(state["pid"])
+    if pid in _STARTED and _STARTED[pid].poll() is not None:
+        return None
+    return (str(state["address"]), pid) if _alive(pid) else None
+
+
+def start_local_ray(settings: Settings) -> str:
+    """This FM_HOME's local Ray head's address: the running one, or one started (or being
+    started) and waited for."""
+    running = running_local_ray(settings)
+    if running is not None:
+        return running
+    launch_local_ray(settings)
+    starting = _starting(settings)
+    if starting is None:
+        raise RuntimeError(
+            f"the local Ray did not start (see {settings.home / 'ray' / 'head.log'})"
+        )
+    address, pid = starting
     deadline = time.monotonic() + _START_TIMEOUT_S
     while not _answers(address):
-        if process.poll() is not None or time.monotonic() > deadline:
-            _kill_group(process.pid)
+        if _starting(settings) is None or time.monotonic() > deadline:
+            _kill_group(pid)
             raise RuntimeError(
-                f"the local Ray did not start (see {log_dir / 'head.log'}); "
+                f"the local Ray did not start (see {settings.home / 'ray' / 'head.log'}); "
                 "set RAY_ADDRESS to use a running Ray cluster instead"
             )
         time.sleep(0.2)
-    _STARTED[process.pid] = process
-    _state_file(settings).write_text(json.dumps({"address": address, "pid": process.pid}))
     return address
 
 

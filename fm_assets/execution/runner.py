@@ -164,7 +164,7 @@ def _run_stage(
             seconds=time.monotonic() - started,
         )
 
-    ensure_ray(settings)
+    ensure_ray(settings, progress)
     outputs = Outputs(
         batch_id=batch_id,
         stage=stage.name,
