@@ -3,11 +3,11 @@
 A fresh FM_HOME (2 Ray CPUs), then `fm` commands, each a new process, timed with every progress
 line as it arrives (`bench.end_to_end.fm_side.fm`):
 
-- **cold**: `fm land` of ~20 documents, `fm run` (it starts this FM_HOME's local Ray), `fm
-  version create`, `fm shards build`;
+- **cold**: `fm land` of 20 documents (article-benchmark pages as a WARC), `fm run` (it starts
+  this FM_HOME's local Ray), `fm version create`, `fm shards build`;
 - **no-op rerun**: `fm run` of the batch just run;
 - **warm** (Ray kept alive between commands, as it is after the first command): the same four
-  commands on a new unique batch of the same pages, `--repeats` times;
+  commands on 20 other pages, `--repeats` times;
 - **per stage**: each stage's own seconds (`run_stage`, from its lookups to its last commit, as
   it reports them) in the warm runs, less `stage.process` alone on the same input in this
   process: what a stage costs beyond its work. The raw stage's work (parsing, hashing) is spread
@@ -35,7 +35,6 @@ from bench.end_to_end.fm_side import SOURCE, Command, environment, fm
 from bench.harness import (
     NEOX_TOKENIZER,
     RESULTS,
-    WARC_DIR,
     RunStart,
     log,
     median,
@@ -48,7 +47,7 @@ from bench.harness import (
 
 LIBRARIES = ("ray", "pyarrow", "pyiceberg", "dagster")
 _STAGE_DONE = re.compile(r"\] (\w+): \d+ kept, \d+ quarantined in ([\d.]+)s$")
-PAGES = WARC_DIR / "wget-sample-0000.warc.gz"  # 22 HTML pages
+PAGES_PER_BATCH = 20  # article-benchmark pages: each pass lands 20 pages no other pass holds
 
 
 @dataclass(frozen=True)
@@ -148,8 +147,8 @@ def render(
             "",
             machine,
             "",
-            f"Each pass lands one unique replica of `warc/wget-sample-0000.warc.gz` ({documents} "
-            "HTML pages; `bench.end_to_end.corpus`) in one FM_HOME, the default policy, 2 Ray "
+            f"Each pass lands {documents} article-benchmark pages no other pass holds, as one "
+            "WARC (`bench.end_to_end.corpus`), in one FM_HOME, the default policy, 2 Ray "
             f"CPUs, the GPT-NeoX tokenizer, seq_len 2048. Cold: the first pass (Ray starts). "
             f"Warm: {len(warm)} more passes with the FM_HOME's Ray alive. Every command is a "
             "new process (interpreter start-up and imports count).",
@@ -210,13 +209,16 @@ def main() -> None:
     home = work / "home"
     home.mkdir()
     env = environment(home, 2, None)
-    pages = corpus.sources()[PAGES.name.removesuffix(".warc.gz")]
+    articles = corpus.sources()["articles"]
+    if (repeats + 1) * PAGES_PER_BATCH > len(articles):
+        raise SystemExit(f"at most {len(articles) // PAGES_PER_BATCH - 1} warm repeats")
     try:
         fm(env, "tokenizer", "register", str(NEOX_TOKENIZER), "--default")
         files = []
-        for replica in range(repeats + 1):
-            path = work / f"replica-{replica}.warc.gz"
-            corpus.write_warc(path, pages, replica)
+        for n in range(repeats + 1):
+            path = work / f"pages-{n}.warc.gz"
+            pages = articles[n * PAGES_PER_BATCH : (n + 1) * PAGES_PER_BATCH]
+            corpus.write_warc(path, pages, 0)
             files.append(path)
         cold = one_pass(env, [files[0]])
         log(f"cold land → shards {cold.total_s:.1f} s")
@@ -228,7 +230,9 @@ def main() -> None:
             log(f"warm land → shards {warm[-1].total_s:.1f} s")
             alone.append(process_alone(home, warm[-1].land.output))
         stamp = start.finish(LIBRARIES)
-        text = render(cold, noop, warm, alone, stamp.header(), stamp.machine_line(), len(pages))
+        text = render(
+            cold, noop, warm, alone, stamp.header(), stamp.machine_line(), PAGES_PER_BATCH
+        )
         write_report(args.output, text)
     finally:
         fm(env, "ray", "stop")

@@ -87,10 +87,12 @@ def main() -> None:
 @click.option("--namespace", default="default", show_default=True)
 def land(paths: tuple[str, ...], source: str, license_: str, namespace: str) -> None:
     """Copy files into an immutable landing batch; prints the batch id last."""
-    from fm_assets.commands.operations import land as land_batch
+    # Straight to the landing zone: `commands.operations` would load Dagster (seconds).
+    from fm_assets.storage.landing import land_files
+    from fm_assets.storage.objectstore import open_object_store
 
-    manifest, created = land_batch(
-        load_settings(),
+    manifest, created = land_files(
+        open_object_store(load_settings()),
         [Path(p) for p in paths],
         source=source,
         license=license_,
