@@ -165,7 +165,7 @@ def stage_data_version(settings: Settings, stage: str, batch_id: str, stage_key:
 def checks_still_pass(settings: Settings, stage: str, batch_id: str, stage_key: str) -> bool:
     """True when every check of `stage` passed on the data as it stands now."""
     version = stage_data_version(settings, stage, batch_id, stage_key)
-    results = latest_check_results(settings)
+    results = latest_check_results(settings, batch_id)
     return all(
         (found := results.get((stage, batch_id, check.name))) is not None
         and bool(found["passed"])
@@ -199,8 +199,8 @@ def evaluate(
     With a `data_version` (what the checks would read, e.g. snapshot ids), a check that already
     passed on exactly that data is not run again: its earlier evaluation stands, and says so.
     """
-    earlier = latest_check_results(subject.settings) if data_version else {}
     partition = subject.batch_id if isinstance(subject, BatchSubject) else ""
+    earlier = latest_check_results(subject.settings, partition) if data_version else {}
     outcomes = []
     for check in checks_for(asset, table):
         known = earlier.get((asset, partition, check.name))
