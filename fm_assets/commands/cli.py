@@ -142,7 +142,6 @@ def version_create(dataset: str, batches: str) -> None:
     chosen = [b.strip() for b in batches.split(",") if b.strip()]
     # Refuse an empty version before Dagster is even imported.
     choose_batches(settings, next_version_key(settings, dataset), chosen)
-    _launch_ray(settings)  # the version's checks recount on Ray
     from fm_assets.commands.operations import create_version
 
     key = create_version(settings, dataset, chosen, _echo)
@@ -161,7 +160,6 @@ def shards() -> None:
 def shards_build(version_key: str, tokenizer: str, seq_len: int) -> None:
     """Pack a version into MDS shards; prints the shard set key last."""
     settings = load_settings()
-    _launch_ray(settings)  # the shard set's checks recount on Ray
     from fm_assets.commands.operations import build_shards
 
     key = build_shards(settings, version_key, tokenizer, seq_len, _echo)

@@ -20,7 +20,9 @@ def progress_logger(context: dg.AssetExecutionContext) -> Callable[[str], None]:
     def log(message: str) -> None:
         context.log.info(message)
         PROGRESS.info(message)
-        if isinstance(message, ProgressLine):
+        # Only the loops that read the stage's input (slices, with records and bytes): the
+        # others (scans, buckets, bands, checks) would add events, each a write to the event log.
+        if isinstance(message, ProgressLine) and message.figures.get("records_read"):
             context.log_event(
                 dg.AssetObservation(
                     asset_key=context.asset_key,
