@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,3 +53,37 @@ def test_launched_head_is_waited_for_reused_and_stopped(
     assert local_ray.running_local_ray(settings) is None
     again = CliRunner().invoke(main, ["ray", "stop"])
     assert "no local Ray runs for this FM_HOME" in again.output
+
+
+def _heads_of(home: Path) -> list[int]:
+    """Pids of `ray start --head` processes started for `home` (by its temp dir)."""
+    marker = f"--temp-dir=/tmp/fm-ray-{hashlib.sha256(str(home).encode()).hexdigest()[:12]}"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--head" in argv and marker.encode() in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def test_two_commands_starting_at_once_start_one_head(tmp_path: Path) -> None:
+    home = tmp_path / "fm"
+    code = (
+        "from fm_assets.execution.local_ray import launch_local_ray\n"
+        "from fm_assets.settings import load_settings\n"
+        f"launch_local_ray(load_settings({{'FM_HOME': {str(home)!r}, 'FM_RAY_NUM_CPUS': '1'}}))\n"
+    )
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    both = [subprocess.Popen([sys.executable, "-c", code], env=env) for _ in range(2)]
+    assert [p.wait(timeout=120) for p in both] == [0, 0]
+    settings = load_settings({"FM_HOME": str(home), "FM_RAY_NUM_CPUS": "1"})
+    try:
+        local_ray.start_local_ray(settings)
+        assert len(_heads_of(home)) == 1
+    finally:
+        local_ray.stop_local_ray(settings)

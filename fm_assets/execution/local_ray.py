@@ -8,6 +8,7 @@ connect to it. `fm ray stop` (or `stop_local_ray`) stops it by its own process g
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -71,11 +72,18 @@ def launch_local_ray(settings: Settings) -> None:
     A command that will need Ray calls this first, so Ray's start-up overlaps its own (imports,
     Dagster); `start_local_ray` then waits for it.
     """
-    if running_local_ray(settings) is not None or _starting(settings) is not None:
-        return
-    address = f"127.0.0.1:{_free_port()}"
     log_dir = settings.home / "ray"
     log_dir.mkdir(parents=True, exist_ok=True)
+    # Two commands starting at once on one FM_HOME must not start two heads (the second would
+    # overwrite the first's state, which would then run untracked): one launches at a time.
+    with (log_dir / "launch.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if running_local_ray(settings) is None and _starting(settings) is None:
+            _launch(settings, log_dir)
+
+
+def _launch(settings: Settings, log_dir: Path) -> None:
+    address = f"127.0.0.1:{_free_port()}"
     ray = Path(sys.executable).with_name("ray")
     command = [
         str(ray),
