@@ -29,6 +29,7 @@ from bench.harness import (
 )
 from bench.spine.stages import run_pipeline
 from fm_assets.execution import pipeline
+from fm_assets.execution.local_ray import stop_local_ray
 from fm_assets.registries.tokenizers import default_tokenizer
 from fm_assets.settings import Settings
 from fm_assets.shards.build import build_shard_set
@@ -157,9 +158,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     run_start = RunStart.now(rerun_command(cli, argv))
     with tempfile.TemporaryDirectory(prefix="fm-bench-provenance-") as scratch:
         settings = fresh_home(Path(scratch) / "home", cpus=2)
-        batch = land(settings, WARC_FILES, "bench")
-        run_pipeline(settings, batch, pipeline.STAGE_NAMES)
-        steps = measure(settings, batch, targets, REPEATS)
+        try:
+            batch = land(settings, WARC_FILES, "bench")
+            run_pipeline(settings, batch, pipeline.STAGE_NAMES)
+            steps = measure(settings, batch, targets, REPEATS)
+        finally:
+            stop_local_ray(settings)  # the home's Ray outlives this process otherwise
     stamp = run_start.finish(["pyiceberg", "mosaicml-streaming"])
     write_report(args.output, render(stamp.header(), stamp.machine_line(), steps))
 

@@ -105,3 +105,22 @@ def test_fm_land_prints_the_batch_id_last(fm_settings: Settings, tmp_path: Path)
     again = subprocess.run(command, capture_output=True, text=True, check=True, cwd=REPO)
     assert again.stdout.strip().splitlines()[-1] == batch_id
     assert "already landed" in again.stderr
+
+
+def test_fm_land_loads_neither_dagster_nor_ray(fm_settings: Settings) -> None:
+    """Landing is a copy and a manifest: it must not pay seconds for the orchestrator's imports."""
+    code = (
+        "import sys\n"
+        "from fm_assets.commands.cli import main\n"
+        "try:\n"
+        f"    main(['land', {str(WARC_DIR / 'wget-sample-0000.warc.gz')!r}, '--source', 's',"
+        " '--license', 'CC0-1.0'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'dagster', 'ray', 'streaming'}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
+    assert len(list_batches(open_object_store(fm_settings))) == 1

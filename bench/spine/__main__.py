@@ -36,11 +36,13 @@ from bench.harness import (
     rerun_command,
     write_report,
 )
-from bench.spine.run import FULL, QUICK, RAY_CPUS, Results, run
+from bench.spine.run import COLD_HOME, FULL, QUICK, RAY_CPUS, Results, run
 from bench.spine.shards import shard_section
 from bench.spine.stages import stages_section
 from bench.spine.tokenize_ab import tokenize_section
 from bench.spine.tokenize_profile import profile_lines
+from fm_assets.execution.local_ray import stop_local_ray
+from fm_assets.settings import load_settings
 
 LIBRARIES = ("ray", "pyarrow", "pyiceberg", "tokenizers", "mosaicml-streaming", "numpy")
 
@@ -122,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             stamp = run_start.finish(LIBRARIES)
         finally:
             ray.shutdown()
+            # The Ray the run started belongs to its first FM_HOME and outlives this process.
+            stop_local_ray(load_settings({"FM_HOME": str(Path(scratch) / COLD_HOME)}))
     report = render(results, stamp)
     print(report)
     write_report(args.output, report)

@@ -70,6 +70,9 @@ class Results:
     shard_tokens: int = 0
 
 
+COLD_HOME = "home-warc-cold"  # the FM_HOME whose local Ray the whole run uses
+
+
 def run(config: BenchConfig, scratch: Path) -> Results:
     """Run every measurement once, in order, on one Ray; each FM_HOME is a folder of `scratch`."""
     from tokenizers import Tokenizer
@@ -77,7 +80,7 @@ def run(config: BenchConfig, scratch: Path) -> Results:
     results = Results(config=config)
     results.warc_decompressed_bytes = sum(len(gzip.decompress(p.read_bytes())) for p in WARC_FILES)
 
-    cold = fresh_home(scratch / "home-warc-cold", RAY_CPUS)
+    cold = fresh_home(scratch / COLD_HOME, RAY_CPUS)
     started = time.perf_counter()
     ensure_ray(cold)
     results.ray_start_s = time.perf_counter() - started

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from bench.harness import MB, median, tree_timed
 from bench.spine import ray_tasks
 from bench.spine.stages import StageTiming
-from bench.spine.tokenize_ab import TOKENIZE, TokenizePair
+from bench.spine.tokenize_ab import TOKENIZE, TOKENIZE_INPUT, TokenizePair
 from fm_assets.curation.policy import NONE_POLICY
 from fm_assets.execution import pipeline
 from fm_assets.execution.compute import ray_cpus, split_rows
@@ -38,7 +38,7 @@ def profile_tokenize(settings: Settings, batch_id: str, docs: int) -> dict[str, 
     if not report.skipped:
         raise RuntimeError("expected a second tokenize run of the same batch to be up to date")
     inputs, out["read_s"], out["read_cpu"] = tree_timed(
-        lambda: catalog.read_batch(settings, "normalized_documents", batch_id)
+        lambda: catalog.read_batch(settings, TOKENIZE_INPUT, batch_id)
     )
     out["input_mb"] = inputs.nbytes / MB
 
@@ -96,7 +96,7 @@ def profile_lines(
     ]
     alone = [
         ("up-to-date `run_stage` (manifest, stage_runs ×2, default tokenizer)", "lookups"),
-        ("`catalog.read_batch` of the normalized partition", "read"),
+        (f"`catalog.read_batch` of the `{TOKENIZE_INPUT}` partition", "read"),
         (f"Ray phase replayed: {int(prof['replay_chunks'])} `process` tasks, `ray.get`", "replay"),
         ("`catalog.replace_rows` of the tokenized partition (same rows)", "commit"),
     ]
@@ -139,7 +139,7 @@ def profile_lines(
         lines.append(f"| pieces | {name} | {value:.2f} | | {value / wall:.0%} of replay |")
     lines.append(f"| pieces | **sum of the pieces** | | {pieces_cpu:.2f} | B: {raw_cpu:.2f} |")
     inside = [
-        ("`encode_batch`", prof["split_encode_s"]),
+        ("`encode_batch_fast`", prof["split_encode_s"]),
         ("`Encoding.ids` → Python lists", prof["split_ids_s"]),
         ("the rest: numpy, Arrow lists, `split_kept`", max(0.0, split - prof["split_encode_s"])),
         ("**all of `TokenizeStage.process`**", split),

@@ -4,7 +4,7 @@ Ray starts once per process: Ray with CPUS CPUs, a warm-up pipeline, every stage
 benchmark batch and, with 1 CPU, every stage's `process()` alone once Ray has shut down. The
 driver starts it as
 
-    python -m bench.stage_scaling.worker CPUS ROOT RESULT
+    python -m bench.stage_scaling.worker CPUS ROOT RESULT DATA
 
 and reads the JSON it writes to RESULT.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.fm_home import fresh_home, land, stage_phases
-from bench.harness import ARTICLE_HTML_FILES, WARC_FILES, log, tree_cpu_seconds
+from bench.harness import WARC_FILES, log, tree_cpu_seconds
 from bench.stage_scaling.machine import machine_busy_seconds
 
 
@@ -65,7 +65,7 @@ def run_pipeline(settings: Any, batch_id: str) -> list[dict[str, Any]]:
     return [timed_stage(settings, stage, batch_id) for stage in pipeline.STAGE_NAMES]
 
 
-def worker(cpus: int, root: Path, result: Path) -> None:
+def worker(cpus: int, root: Path, result: Path, data: Path) -> None:
     """Start Ray with `cpus` CPUs, warm it up, time every stage on the benchmark batch.
 
     With 1 CPU, also time each stage's `process()` alone once Ray has shut down, so those
@@ -74,6 +74,7 @@ def worker(cpus: int, root: Path, result: Path) -> None:
     import ray
 
     from fm_assets.execution.compute import ensure_ray, ray_cpus
+    from fm_assets.execution.local_ray import stop_local_ray
 
     load_start = os.getloadavg()
     settings = fresh_home(root / "home", cpus)
@@ -91,7 +92,7 @@ def worker(cpus: int, root: Path, result: Path) -> None:
         warm_up_s = time.perf_counter() - started
         log(f"{cpus} CPU(s): Ray started in {ray_start_s:.1f}s, warm-up {warm_up_s:.1f}s")
 
-        batch_id = land(settings, [*WARC_FILES, *ARTICLE_HTML_FILES], "bench-scaling")
+        batch_id = land(settings, sorted(data.glob("*.warc.gz")), "bench-scaling")
         stages = []
         for stage in run_pipeline(settings, batch_id):
             log(
@@ -102,6 +103,7 @@ def worker(cpus: int, root: Path, result: Path) -> None:
         load_end = os.getloadavg()
     finally:
         ray.shutdown()
+        stop_local_ray(settings)  # the FM_HOME's Ray outlives this process otherwise
     payload = {
         "cpus": cpus,
         "ray_start_s": ray_start_s,
@@ -170,8 +172,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     cli.add_argument("cpus", type=int, help="CPUs to give Ray")
     cli.add_argument("root", type=Path, help="a fresh directory for the FM_HOMEs")
     cli.add_argument("result", type=Path, help="where to write the JSON result")
+    cli.add_argument("data", type=Path, help="a directory of .warc.gz files: the batch")
     args = cli.parse_args(argv)
-    worker(args.cpus, args.root, args.result)
+    worker(args.cpus, args.root, args.result, args.data)
 
 
 if __name__ == "__main__":

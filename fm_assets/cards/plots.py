@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from fm_assets.cards.data import PERCENTILES, CardData, StageFlow
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # File names beside the card; the Markdown references the plots by these names.
 WATERFALL_PLOT = "waterfall.png"
@@ -44,6 +46,11 @@ def waterfall_plot(flows: list[StageFlow]) -> bytes:
     lefts.append(0)
     widths.append(flows[-1].kept)
     colors.append("tab:green")
+    # matplotlib is imported where a plot is drawn: every `fm` command and Dagster process
+    # loads this module with the definitions, and only card builds draw.
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
     figure = Figure(figsize=(8, 1.5 + 0.35 * len(labels)), layout="constrained")
     axes = figure.subplots()
     positions = np.arange(len(labels))
@@ -60,6 +67,9 @@ def waterfall_plot(flows: list[StageFlow]) -> bytes:
 
 def histogram_plot(values: npt.NDArray[np.int64], what: str) -> bytes:
     """A histogram of `values` per document, with the card's percentiles marked."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
     figure = Figure(figsize=(8, 4), layout="constrained")
     axes = figure.subplots()
     if values.size:

@@ -7,6 +7,7 @@ A check runs on a *subject*: what one materialization of its asset produced.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -30,6 +31,7 @@ from fm_assets.execution.runner import up_to_date
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.bookkeeping import latest_check_results
+from fm_assets.storage.data_files import plan_files
 from fm_assets.versions.dataset_version import DatasetVersion
 from fm_loader.manifest import ShardSetManifest
 
@@ -140,16 +142,30 @@ SHARD_SET_CHECKS: tuple[DataCheck[ShardSetSubject], ...] = (
 )
 
 
-def stage_data_version(settings: Settings, stage: str, stage_key: str) -> str:
-    """What a stage's checks read: its content key and its output and quarantine snapshots."""
-    snapshots = [catalog.current_snapshot_id(settings, t) for t in (stage, "quarantine")]
-    return ":".join([stage_key, *map(str, snapshots)])
+def stage_data_version(settings: Settings, stage: str, batch_id: str, stage_key: str) -> str:
+    """What a stage's checks read: its content key and the data files of the batch's partition
+    of its output and of its quarantine rows.
+
+    Files, not table snapshots: every later stage commits to the quarantine table and every other
+    batch to the stage's table, which must not make this batch's checks stale; any rewrite of the
+    partition itself (a rerun, a repair behind the platform's back) changes its files.
+    """
+    this_batch = catalog.where_equal("batch_id", batch_id)
+    partitions = (
+        (stage, this_batch),
+        ("quarantine", catalog.where_all(this_batch, catalog.where_equal("stage", stage))),
+    )
+    digest = hashlib.sha256()
+    for table, where in partitions:
+        for path in sorted(t.file.file_path for t in plan_files(settings, table, where, None)):
+            digest.update(f"{table}\x1f{path}\x1e".encode())
+    return f"{stage_key}:{digest.hexdigest()[:32]}"
 
 
 def checks_still_pass(settings: Settings, stage: str, batch_id: str, stage_key: str) -> bool:
     """True when every check of `stage` passed on the data as it stands now."""
-    version = stage_data_version(settings, stage, stage_key)
-    results = latest_check_results(settings)
+    version = stage_data_version(settings, stage, batch_id, stage_key)
+    results = latest_check_results(settings, batch_id)
     return all(
         (found := results.get((stage, batch_id, check.name))) is not None
         and bool(found["passed"])
@@ -183,8 +199,8 @@ def evaluate(
     With a `data_version` (what the checks would read, e.g. snapshot ids), a check that already
     passed on exactly that data is not run again: its earlier evaluation stands, and says so.
     """
-    earlier = latest_check_results(subject.settings) if data_version else {}
     partition = subject.batch_id if isinstance(subject, BatchSubject) else ""
+    earlier = latest_check_results(subject.settings, partition) if data_version else {}
     outcomes = []
     for check in checks_for(asset, table):
         known = earlier.get((asset, partition, check.name))

@@ -21,7 +21,7 @@ from fm_assets.commands.approval import approve
 from fm_assets.commands.classifier import classifier
 from fm_assets.commands.dev import dev
 from fm_assets.commands.lineage import lineage, revoke
-from fm_assets.settings import load_settings
+from fm_assets.settings import Settings, load_settings
 
 
 def _echo(message: str) -> None:
@@ -51,6 +51,15 @@ class _Commands(click.Group):
                 raise
             _echo(str(exc))
             sys.exit(1)
+
+
+def _launch_ray(settings: Settings) -> None:
+    """Begin starting this FM_HOME's local Ray (unless RAY_ADDRESS names a cluster), so that it
+    starts while the command loads Dagster."""
+    if not settings.ray_address:
+        from fm_assets.execution.local_ray import launch_local_ray
+
+        launch_local_ray(settings)
 
 
 @click.group(cls=_Commands)
@@ -84,10 +93,12 @@ def main() -> None:
 )
 def land(paths: tuple[str, ...], source: str, license_: str, namespace: str) -> None:
     """Copy files into an immutable landing batch; prints the batch id last."""
-    from fm_assets.commands.operations import land as land_batch
+    # Straight to the landing zone: `commands.operations` would load Dagster (seconds).
+    from fm_assets.storage.landing import land_files
+    from fm_assets.storage.objectstore import open_object_store
 
-    manifest, created = land_batch(
-        load_settings(),
+    manifest, created = land_files(
+        open_object_store(load_settings()),
         [Path(p) for p in paths],
         source=source,
         license=license_,
@@ -119,6 +130,7 @@ def run(batch_id: str) -> None:
     if batch_up_to_date(settings, batch_id):
         _echo(f"batch {batch_id}: every stage up to date and every check passed; nothing to do")
     else:
+        _launch_ray(settings)
         from fm_assets.commands.operations import run_batch
 
         run_batch(settings, batch_id, _echo, check_preconditions=False)
@@ -159,9 +171,10 @@ def shards() -> None:
 @click.option("--seq-len", type=int, required=True)
 def shards_build(version_key: str, tokenizer: str, seq_len: int) -> None:
     """Pack a version into MDS shards; prints the shard set key last."""
+    settings = load_settings()
     from fm_assets.commands.operations import build_shards
 
-    key = build_shards(load_settings(), version_key, tokenizer, seq_len, _echo)
+    key = build_shards(settings, version_key, tokenizer, seq_len, _echo)
     click.echo(key)
 
 
@@ -271,6 +284,20 @@ def gc(older_than_hours: float, dry_run: bool) -> None:
         click.echo(f"{name}: {files} orphaned files, {size:,} bytes")
     verb = "found" if dry_run else "removed"
     _echo(f"{report.files} orphaned files ({report.bytes:,} bytes) {verb}")
+
+
+@main.group("ray")
+def ray_group() -> None:
+    """This FM_HOME's local Ray, started by the first command that needs it and kept alive."""
+
+
+@ray_group.command("stop")
+def ray_stop() -> None:
+    """Stop this FM_HOME's local Ray (the next command that needs Ray starts a new one)."""
+    from fm_assets.execution.local_ray import stop_local_ray
+
+    stopped = stop_local_ray(load_settings())
+    _echo("stopped this FM_HOME's local Ray" if stopped else "no local Ray runs for this FM_HOME")
 
 
 @main.command()

@@ -60,9 +60,9 @@ def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.A
             report = run_stage(
                 settings, entry.name, batch_id, run_id=context.run.run_id, progress=progress
             )
-        # The checks read the output and the quarantine as they stand now: if neither changed
-        # since a passing evaluation (a rerun that had nothing to do), that evaluation stands.
-        data_version = stage_data_version(settings, entry.name, report.stage_key)
+        # The checks read the batch's output and quarantine partitions as they stand now: if
+        # neither changed since a passing evaluation (a rerun with nothing to do), it stands.
+        data_version = stage_data_version(settings, entry.name, batch_id, report.stage_key)
         subject = BatchSubject(settings, entry.name, batch_id)
         checks = [
             to_check_result(settings, key, batch_id, outcome, context.run.run_id)

@@ -11,22 +11,37 @@ from typing import Any
 
 import pyarrow as pa
 
-from fm_assets.execution.local_ray import start_local_ray
+from fm_assets.execution.local_ray import running_local_ray, start_local_ray
 from fm_assets.settings import Settings
 from fm_assets.stages.base import Stage, StageResult
 
 Progress = Callable[[str], None]
+
+
+class ProgressLine(str):
+    """A progress message that also carries its figures (tasks done, records, bytes, ETA), so
+    the Dagster side can record them as metadata; anywhere else it is the message itself."""
+
+    figures: dict[str, float]
+
+    def __new__(cls, text: str, figures: dict[str, float]) -> ProgressLine:
+        line = super().__new__(cls, text)
+        line.figures = figures
+        return line
+
+
 MAX_ROWS_PER_CHUNK = 2_000
 CHUNKS_PER_CPU = 6
 TASKS_IN_FLIGHT_PER_CPU = 2  # backpressure: enough to keep every CPU busy, no more
 
 
-def ensure_ray(settings: Settings) -> None:
-    """Connect to Ray once per process (a no-op when already connected)."""
+def ensure_ray(settings: Settings, progress: Progress = lambda message: None) -> None:
+    """Connect to Ray once per process (a no-op when already connected); say what it took."""
     import ray
 
     if ray.is_initialized():
         return
+    started = time.monotonic()
     # Ray 2.60 turns on token auth for local clusters; embedded mode runs on one trusted host,
     # production sets RAY_AUTH_MODE=token and RAY_AUTH_TOKEN explicitly.
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -36,6 +51,10 @@ def ensure_ray(settings: Settings) -> None:
         # cluster's nodes get credentials from their own environment (the pods' secret): a
         # runtime_env would put them in the cluster's job table, dashboard and logs.
         worker_env |= {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    what = "connected to the Ray cluster at RAY_ADDRESS"
+    if not settings.ray_address:
+        running = running_local_ray(settings)
+        what = "connected to this FM_HOME's local Ray" if running else "started a local Ray"
     address = settings.ray_address or start_local_ray(settings)
     ray.init(
         address=address,
@@ -43,6 +62,7 @@ def ensure_ray(settings: Settings) -> None:
         logging_level=logging.WARNING,
         log_to_driver=False,
     )
+    progress(f"Ray: {what} ({address}) in {time.monotonic() - started:.1f}s")
 
 
 def ray_cpus() -> int:
@@ -76,15 +96,18 @@ def run_tasks(
     """Run `submit(i)` (which returns a Ray ObjectRef) for i in range(count), at most
     `max_in_flight` at a time, and return their results in order of i.
 
-    `on_done(i, result)` sees each result as it arrives (counts, ETA). Holding back submissions is
-    the backpressure: Ray never holds more pending inputs and outputs than the cluster can use.
+    `on_done(i, result)` sees each result as it arrives. Holding back submissions is the
+    backpressure: Ray never holds more pending inputs and outputs than the cluster can use, and
+    each task reads and writes its own objects, so object-store traffic in flight is bounded
+    too. Progress (at most every 2 s) counts tasks, and the records and bytes read by results
+    that carry `records_in` and `bytes_in` (a slice's outcome), with an ETA.
     """
     import ray
 
     limit = max_in_flight or TASKS_IN_FLIGHT_PER_CPU * ray_cpus()
     results: list[Any] = [None] * count
     pending: dict[Any, int] = {}
-    submitted = finished = 0
+    submitted = finished = records = read = 0
     started = time.monotonic()
     last_report = 0.0
     while finished < count:
@@ -96,6 +119,8 @@ def run_tasks(
             index = pending.pop(ref)
             results[index] = get(ref)
             finished += 1
+            records += int(getattr(results[index], "records_in", 0))
+            read += int(getattr(results[index], "bytes_in", 0))
             if on_done is not None:
                 on_done(index, results[index])
         now = time.monotonic()
@@ -103,7 +128,22 @@ def run_tasks(
             last_report = now
             elapsed = now - started
             eta = elapsed / finished * (count - finished)
-            progress(f"{label}: {finished}/{count} done, {elapsed:.0f}s elapsed, ETA {eta:.0f}s")
+            volume = f"{records:,} records, {read / 1e6:.1f} MB read, " if read or records else ""
+            figures = {
+                "tasks_done": finished,
+                "tasks": count,
+                "records_read": records,
+                "bytes_read": read,
+                "elapsed_s": round(elapsed, 1),
+                "eta_s": round(eta, 1),
+            }
+            progress(
+                ProgressLine(
+                    f"{label}: {finished}/{count} done, {volume}{elapsed:.0f}s elapsed, "
+                    f"ETA {eta:.0f}s",
+                    figures,
+                )
+            )
     return results
 
 

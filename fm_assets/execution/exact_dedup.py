@@ -39,6 +39,7 @@ from fm_assets.storage.objectstore import open_object_store
 
 BUCKETS = schemas.DOCUMENT_INDEX_BUCKETS
 MAX_ROUTES = 64  # duplicates flow back in at most this many groups per bucket
+MIN_PART_BYTES = 1 << 20  # small batches: parts no smaller than this (a task costs too)
 
 _DUPLICATES = pa.schema(
     [
@@ -69,7 +70,7 @@ def run_raw(
     """Parse every landed file of the batch and decide its exact duplicates, on Ray."""
     import ray
 
-    parts = landed_parts(settings, manifest, _split_files(settings, manifest, progress))
+    parts = landed_parts(settings, manifest, _split_files(settings, manifest, cpus, progress))
     sizes = {f.sha256: f.size for f in manifest.files}
     weights = part_bytes(parts, sizes)
     slices = group_by_weight(
@@ -131,16 +132,23 @@ def run_raw(
 
 
 def _split_files(
-    settings: Settings, manifest: BatchManifest, progress: Progress
+    settings: Settings, manifest: BatchManifest, cpus: int, progress: Progress
 ) -> dict[str, list[int]]:
-    """Part starts of the batch's large splittable files, found by one task per file."""
+    """Part starts of the batch's large splittable files, found by one task per file.
+
+    A file is large when it exceeds twice the part size: FM_PART_BYTES, or less (down to
+    MIN_PART_BYTES) when the batch is small, so that no file outweighs a slice (several per CPU)
+    and holds up the stage, and every later stage, which slices the data files this one writes.
+    """
     import ray
 
     store = open_object_store(settings)
+    total = sum(f.size for f in manifest.files)
+    part = min(settings.part_bytes, max(MIN_PART_BYTES, slice_bytes(total, cpus)))
     large = [
         (f, kind)
         for f in manifest.files
-        if f.size > 2 * settings.part_bytes and (kind := splittable(f)) is not None
+        if f.size > 2 * part and (kind := splittable(f)) is not None
     ]
     if not large:
         return {}
@@ -150,7 +158,7 @@ def _split_files(
             store.uri(large[i][0].key),
             large[i][1],
             large[i][0].size,
-            settings.part_bytes,
+            part,
             settings.s3_endpoint,
         ),
         len(large),

@@ -9,6 +9,7 @@ connect to it. `fm ray stop` (or `stop_local_ray`) stops it by its own process g
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -71,14 +72,24 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_local_ray(settings: Settings) -> str:
-    """Start this FM_HOME's local Ray head (or return the running one's address)."""
-    running = running_local_ray(settings)
-    if running is not None:
-        return running
-    address = f"127.0.0.1:{_free_port()}"
+def launch_local_ray(settings: Settings) -> None:
+    """Begin starting this FM_HOME's local Ray in the background, unless one runs or is starting.
+
+    A command that will need Ray calls this first, so Ray's start-up overlaps its own (imports,
+    Dagster); `start_local_ray` then waits for it.
+    """
     log_dir = settings.home / "ray"
     log_dir.mkdir(parents=True, exist_ok=True)
+    # Two commands starting at once on one FM_HOME must not start two heads (the second would
+    # overwrite the first's state, which would then run untracked): one launches at a time.
+    with (log_dir / "launch.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if running_local_ray(settings) is None and _starting(settings) is None:
+            _launch(settings, log_dir)
+
+
+def _launch(settings: Settings, log_dir: Path) -> None:
+    address = f"127.0.0.1:{_free_port()}"
     ray = Path(sys.executable).with_name("ray")
     command = [
         str(ray),
@@ -103,17 +114,44 @@ def start_local_ray(settings: Settings) -> str:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
+    _STARTED[process.pid] = process
+    _state_file(settings).write_text(json.dumps({"address": address, "pid": process.pid}))
+
+
+def _starting(settings: Settings) -> tuple[str, int] | None:
+    """(address, pid) of a head launched for this FM_HOME whose process is alive, else None."""
+    path = _state_file(settings)
+    if not path.is_file():
+        return None
+    state = json.loads(path.read_text())
+    pid = int(state["pid"])
+    if pid in _STARTED and _STARTED[pid].poll() is not None:
+        return None
+    return (str(state["address"]), pid) if process_alive(pid) else None
+
+
+def start_local_ray(settings: Settings) -> str:
+    """This FM_HOME's local Ray head's address: the running one, or one started (or being
+    started) and waited for."""
+    running = running_local_ray(settings)
+    if running is not None:
+        return running
+    launch_local_ray(settings)
+    starting = _starting(settings)
+    if starting is None:
+        raise RuntimeError(
+            f"the local Ray did not start (see {settings.home / 'ray' / 'head.log'})"
+        )
+    address, pid = starting
     deadline = time.monotonic() + _START_TIMEOUT_S
     while not _answers(address):
-        if process.poll() is not None or time.monotonic() > deadline:
-            _kill_group(process.pid)
+        if _starting(settings) is None or time.monotonic() > deadline:
+            _kill_group(pid)
             raise RuntimeError(
-                f"the local Ray did not start (see {log_dir / 'head.log'}); "
+                f"the local Ray did not start (see {settings.home / 'ray' / 'head.log'}); "
                 "set RAY_ADDRESS to use a running Ray cluster instead"
             )
         time.sleep(0.2)
-    _STARTED[process.pid] = process
-    _state_file(settings).write_text(json.dumps({"address": address, "pid": process.pid}))
     return address
 
 

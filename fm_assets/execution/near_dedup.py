@@ -35,7 +35,13 @@ from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, write_result
 from fm_assets.settings import Settings
 from fm_assets.stages.neardup import NearDupStage
 from fm_assets.storage import catalog
-from fm_assets.storage.data_files import TableHandle, plan_files, read_files, table_handle
+from fm_assets.storage.data_files import (
+    TableHandle,
+    partition_value,
+    plan_files,
+    read_files,
+    table_handle,
+)
 
 MAX_ROUTES = 64
 
@@ -69,11 +75,12 @@ def run_near_dedup(
     others = catalog.where_not_equal("batch_id", batch_id)
     routes = min(len(slices), MAX_ROUTES) or 1
     candidates = remote(band_candidates).options(num_returns=1 + routes)
+    by_band = _files_by_band(index, _index_files(settings, others), bands)
     paired: list[list[Any]] = [  # type: ignore[misc]
         candidates.remote(
             b,
             index,
-            _index_files(settings, catalog.where_all(others, catalog.where_equal("band", b))),
+            by_band[b],
             batch_id,
             routes,
             *[refs[1 + b] for refs in sketched],
@@ -145,6 +152,21 @@ def run_near_dedup(
         "neardup_shingles": [f for files_ in shingle_files for f in files_],
     }
     return outcomes, extra
+
+
+def _files_by_band(
+    index: TableHandle, files: list[FileScanTask], bands: int
+) -> list[list[FileScanTask]]:
+    """Other batches' index files per band, from one scan plan (not one per band): a file
+    written under an older spec, without the band partition, goes to every band (its readers
+    filter rows by band)."""
+    grouped: list[list[FileScanTask]] = [[] for _ in range(bands)]
+    for task in files:
+        band = partition_value(index, task, "band")
+        for b in range(bands) if band is None else [int(band)]:  # type: ignore[call-overload]
+            if b < bands:
+                grouped[b].append(task)
+    return grouped
 
 
 def _index_files(

@@ -19,6 +19,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
+from pyiceberg.expressions import BooleanExpression
 from pyiceberg.manifest import DataFile
 
 from fm_assets.curation.policy import DatasetPolicy, load_policy
@@ -182,7 +183,7 @@ def _run_stage(
             seconds=time.monotonic() - started,
         )
 
-    ensure_ray(settings)
+    ensure_ray(settings, progress)
     outputs = Outputs(
         batch_id=batch_id,
         stage=stage.name,
@@ -298,7 +299,7 @@ def _commit(
         "fm.run_id": run_id or "",
     }
     this_batch = catalog.where_equal("batch_id", batch_id)
-    commit_files(
+    _commit_unless_unchanged(
         settings,
         "quarantine",
         catalog.where_all(this_batch, catalog.where_equal("stage", stage.name)),
@@ -306,7 +307,7 @@ def _commit(
         properties,
     )
     for name in (*outputs.side, *extra_files):
-        commit_files(settings, name, this_batch, files.get(name, []), properties)
+        _commit_unless_unchanged(settings, name, this_batch, files.get(name, []), properties)
     output_properties = properties | {
         "fm.code_version": stage.version,
         "fm.config_hash": stage.config_hash(),
@@ -318,3 +319,17 @@ def _commit(
     return commit_files(
         settings, stage.name, this_batch, files.get(stage.name, []), output_properties
     )
+
+
+def _commit_unless_unchanged(
+    settings: Settings,
+    name: str,
+    replace: BooleanExpression,
+    data_files: list[DataFile],
+    properties: dict[str, str],
+) -> None:
+    """`commit_files`, unless there is nothing to add and nothing to remove: most stages
+    quarantine nothing on most batches, and an empty commit costs a snapshot and seconds."""
+    if not data_files and not plan_files(settings, name, replace, None):
+        return
+    commit_files(settings, name, replace, data_files, properties)

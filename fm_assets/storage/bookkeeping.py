@@ -181,21 +181,23 @@ def record_check_result(
         connection.execute(sa.insert(CHECK_RESULTS).values(**values))
 
 
-def check_results(settings: Settings) -> list[dict[str, Any]]:
-    """Every check evaluation, oldest first."""
-    query = (
-        sa.select(CHECK_RESULTS)
-        .where(CHECK_RESULTS.c.namespace == settings.namespace)
-        .order_by(CHECK_RESULTS.c.checked_at, CHECK_RESULTS.c.id)
-    )
+def check_results(settings: Settings, partition: str | None = None) -> list[dict[str, Any]]:
+    """Every check evaluation (of one partition, if given), oldest first."""
+    query = sa.select(CHECK_RESULTS).where(CHECK_RESULTS.c.namespace == settings.namespace)
+    if partition is not None:
+        query = query.where(CHECK_RESULTS.c.partition == partition)
+    query = query.order_by(CHECK_RESULTS.c.checked_at, CHECK_RESULTS.c.id)
     with _engine(settings).connect() as connection:
         return [_row(r, _CHECK_FIELDS) for r in connection.execute(query).mappings()]
 
 
-def latest_check_results(settings: Settings) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """(asset, partition, check) -> its latest evaluation."""
+def latest_check_results(
+    settings: Settings, partition: str | None = None
+) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """(asset, partition, check) -> its latest evaluation (of one partition, if given: a
+    batch's lookups must not read every evaluation the platform ever recorded)."""
     latest: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for row in check_results(settings):  # oldest first: later rows win
+    for row in check_results(settings, partition):  # oldest first: later rows win
         latest[(row["asset"], row["partition"], row["check_name"])] = row
     return latest
 
