@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,12 +116,18 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
                 yield sample
 
     def batch_stream(
-        self, worker: int = 0, num_workers: int = 1, *, arrays: bool = False
+        self,
+        worker: int = 0,
+        num_workers: int = 1,
+        *,
+        arrays: bool = False,
+        out: Callable[[int], dict[str, npt.NDArray[Any]]] | None = None,
     ) -> Iterator[Batch]:
         """Collated batches of `batch_size` samples this rank and worker serve, built whole
-        (as numpy arrays with `arrays=True`)."""
+        (as numpy arrays with `arrays=True`). `out(count)`, called once per batch, gives the
+        [count, seq_len] arrays to build the batch's tensors into (see `Block`)."""
         for sources, ids in self._groups(worker, num_workers, self.batch_size):
-            block = self._block(sources, ids)
+            block = self._block(sources, ids, None if out is None else out(len(ids)))
             yield block.batch_arrays() if arrays else block.batch()
 
     def _groups(
@@ -145,7 +151,12 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
         if held:
             yield np.concatenate(pending_s), np.concatenate(pending_i)
 
-    def _block(self, sources: npt.NDArray[np.intp], ids: npt.NDArray[np.int64]) -> Block:
+    def _block(
+        self,
+        sources: npt.NDArray[np.intp],
+        ids: npt.NDArray[np.int64],
+        out: dict[str, npt.NDArray[Any]] | None = None,
+    ) -> Block:
         seq_len = self.manifest.seq_len
         tokens = np.empty((len(ids), seq_len), dtype=self.manifest.token_dtype)
         spans: list[npt.NDArray[np.int32]] = [np.empty(0, np.int32)] * len(ids)
@@ -160,7 +171,7 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
                 spans[row], doc_ids[row] = one_spans, one_ids
         raw = RawBlock(tokens, spans, doc_ids, ids.astype(np.int64), sources.astype(np.int64))
         try:
-            return Block(raw)
+            return Block(raw, out)
         except BlockError as exc:
             source, index = int(sources[exc.position]), int(ids[exc.position])
             raise ValueError(f"{self._shards[source].where(index)}: {exc}") from exc

@@ -14,6 +14,7 @@ import json
 import mmap
 import struct
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,14 @@ _OFFSET_PAIR = struct.Struct("<II")  # MDS: consecutive uint32 sample offsets / 
 REBUILD_HINT = "rebuild it with `fm shards build {version} --tokenizer PATH --seq-len {seq_len}`"
 
 
+@dataclass(frozen=True)
+class _MdsDecoders:
+    """mosaicml-streaming's per-shard readers and its doc_spans decoder."""
+
+    readers: list[Any]
+    spans: Any
+
+
 class ShardSet:
     """The shards of one shard set: index.json checked against the manifest at construction."""
 
@@ -37,9 +46,6 @@ class ShardSet:
     ) -> None:
         """`remote`: where `directory` was downloaded from when it is a cache entry; a shard
         that fails its checksum is then fetched again once before the loader gives up."""
-        from streaming.base.format import reader_from_json  # 10-16 s import, paid once per process
-        from streaming.base.format.mds.encodings import _get_coder
-
         self.directory = directory
         self.manifest = manifest
         self.rebuild_hint = REBUILD_HINT.format(
@@ -54,13 +60,11 @@ class ShardSet:
         )
         index = self._read_index()
         self._check_index(index)
-        self._readers = [reader_from_json(str(directory), None, s) for s in index["shards"]]
+        self._index_shards: list[dict[str, Any]] = index["shards"]
+        self._mds: _MdsDecoders | None = None
+        self._mds_decoders()  # fails at open, not at the first odd sample, if MDS lacks one
         self._bounds = np.cumsum([0] + [s.samples for s in manifest.shards])
         self._maps: dict[int, mmap.mmap] = {}
-        spans_coder = _get_coder(mds_columns(manifest.seq_len, manifest.token_dtype)["doc_spans"])
-        if spans_coder is None:  # only if mosaicml-streaming dropped the ndarray encoding
-            raise ValueError("mosaicml-streaming has no ndarray:int32 decoder; reinstall it")
-        self._spans_coder = spans_coder
         self.remote = remote
         self.fetch_latencies: list[float] = []  # seconds to map + verify (+ refetch) each shard
 
@@ -69,10 +73,26 @@ class ShardSet:
 
     def __getstate__(self) -> dict[str, Any]:
         # Memory maps do not pickle (spawned DataLoader workers); a worker re-opens and
-        # re-verifies the shards it uses.
+        # re-verifies the shards it uses. MDS's decoders are left behind too: a spawned worker
+        # then never imports mosaicml-streaming (10-16 s) unless it meets a sample our own
+        # decoding does not cover.
         state = self.__dict__.copy()
         state["_maps"] = {}
+        state["_mds"] = None
         return state
+
+    def _mds_decoders(self) -> _MdsDecoders:
+        if self._mds is None:
+            from streaming.base.format import reader_from_json  # 10-16 s import, once a process
+            from streaming.base.format.mds.encodings import _get_coder
+
+            columns = mds_columns(self.manifest.seq_len, self.manifest.token_dtype)
+            spans_coder = _get_coder(columns["doc_spans"])
+            if spans_coder is None:  # only if mosaicml-streaming dropped the ndarray encoding
+                raise ValueError("mosaicml-streaming has no ndarray:int32 decoder; reinstall it")
+            readers = [reader_from_json(str(self.directory), None, s) for s in self._index_shards]
+            self._mds = _MdsDecoders(readers, spans_coder)
+        return self._mds
 
     def _read_index(self) -> dict[str, Any]:
         path = self.directory / INDEX_NAME
@@ -166,7 +186,10 @@ class ShardSet:
         mapped = self._open(shard)
         # MDS joint shard layout: uint32 sample count, then count + 1 uint32 byte offsets.
         begin, end = np.frombuffer(mapped, np.uint32, count=2, offset=4 * (1 + local)).tolist()
-        return self._readers[shard].decode_sample(mapped[begin:end])
+        sample: dict[str, Any] = (
+            self._mds_decoders().readers[shard].decode_sample(mapped[begin:end])
+        )
+        return sample
 
     def read_raw(
         self, indices: npt.NDArray[np.int64]
@@ -205,7 +228,8 @@ class ShardSet:
         if header >> 2 == 1:  # one dimension
             skip = 1 + (1 << (header & 3))
             return np.frombuffer(mapped, np.int32, count=(size - skip) // 4, offset=at + skip)
-        return self._spans_coder.decode(mapped[at : at + size])  # type: ignore[no-any-return]
+        coder = self._mds_decoders().spans
+        return coder.decode(mapped[at : at + size])  # type: ignore[no-any-return]
 
     def close(self) -> None:
         for mapped in self._maps.values():
