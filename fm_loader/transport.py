@@ -120,7 +120,7 @@ class BatchSlots:
         self.slots_per_worker = slots_per_worker
         # One buffer per (worker, slot); share_memory_() unlinks the name at once.
         self.buffers = [
-            [torch.empty(at, dtype=torch.uint8).share_memory_() for _ in range(slots_per_worker)]
+            [_shared(torch.empty(at, dtype=torch.uint8)) for _ in range(slots_per_worker)]
             for _ in range(num_workers)
         ]
         self.room = [context.Semaphore(ahead) for _ in range(num_workers)]  # built, not taken
@@ -131,8 +131,7 @@ class BatchSlots:
         self.tail_writers = [w for _, w in pipes]
         self.lend = lend
         # Per worker: slot in use (1) or free (0), then the ring of posted slot numbers.
-        self.table = torch.zeros(num_workers, 2 * slots_per_worker, dtype=torch.int64)
-        self.table.share_memory_()
+        self.table = _shared(torch.zeros(num_workers, 2 * slots_per_worker, dtype=torch.int64))
         self._posted = [0] * num_workers  # worker side: batches posted; trainer side: taken
         self._lent = [0] * num_workers  # trainer side: slots whose batch the caller still holds
         self._lock = threading.Lock()
@@ -321,6 +320,12 @@ class BatchSlots:
     def _free(self, worker: int, slot: int) -> None:
         self._table()[worker][slot] = 0  # before the semaphore: the worker then sees it
         self.free[worker].release()
+
+
+def _shared(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor moved into shared memory (file-descriptor backed, no name left in /dev/shm)."""
+    shared: torch.Tensor = tensor.share_memory_()  # type: ignore[no-untyped-call]
+    return shared
 
 
 @functools.cache
