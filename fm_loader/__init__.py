@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fm_loader.collate import collate
-    from fm_loader.dataset import FmDataset, make_dataset
+    from fm_loader.dataset import FmDataset
     from fm_loader.loader import FmLoader, make_loader
+    from fm_loader.make import make_dataset
     from fm_loader.manifest import (
         MANIFEST_FORMAT_VERSION,
         ShardInfo,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     )
     from fm_loader.metrics import LoaderMetrics
     from fm_loader.mixture import Epochs, MixtureSpec
+    from fm_loader.prewarm import prewarm
     from fm_loader.samples import IGNORE_INDEX
     from fm_loader.state import LoaderState
 
@@ -46,8 +48,9 @@ _PUBLIC = {
     "ShardInfo": "fm_loader.manifest",
     "ShardSetManifest": "fm_loader.manifest",
     "collate": "fm_loader.collate",
-    "make_dataset": "fm_loader.dataset",
+    "make_dataset": "fm_loader.make",
     "make_loader": "fm_loader.loader",
+    "prewarm": "fm_loader.prewarm",
     "mds_columns": "fm_loader.manifest",
     "read_manifest": "fm_loader.manifest",
     "schema_fingerprint": "fm_loader.manifest",
@@ -68,6 +71,7 @@ __all__ = [
     "make_dataset",
     "make_loader",
     "mds_columns",
+    "prewarm",
     "read_manifest",
     "schema_fingerprint",
 ]

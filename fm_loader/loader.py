@@ -65,6 +65,8 @@ class FmLoader:
         self.dataset, self.batch_size = dataset, batch_size
         self.prefetch_batches = prefetch_batches
         self.metrics = LoaderMetrics(log_every_s=log_every_s)
+        for use in dataset.cache_uses:  # what opening the cached sets cost
+            self.metrics.record_cache(use.warm_bytes, use.fetched_bytes, use.warmup_s)
         self._consumed = 0
         self.num_workers = num_workers
         self.pin_memory = pinned_memory_available(pin_memory)
@@ -129,6 +131,7 @@ class FmLoader:
     def _hand_over(self, batch: Batch) -> Batch:
         """Count a batch as consumed as it is handed to the trainer (what state_dict reports)."""
         fetches = batch.pop("shard_fetch_s")
+        self.metrics.record_refetch(batch.pop("shard_refetch_bytes"))
         samples = len(batch["sample_index"])
         self.metrics.record_batch(samples, int(batch["num_tokens"].sum()), fetches)
         self._consumed += samples
@@ -154,6 +157,7 @@ def _produce(
     try:
         for arrays in dataset.batch_stream(0, 1, arrays=True):
             arrays["shard_fetch_s"] = dataset.take_fetch_latencies()
+            arrays["shard_refetch_bytes"] = dataset.take_refetched_bytes()
             batch = as_tensors(arrays)
             if pin_memory:
                 batch = {k: v.pin_memory() if torch.is_tensor(v) else v for k, v in batch.items()}

@@ -125,6 +125,7 @@ def _serve(
             worker, num_workers, arrays=True, out=lambda count: slots.claim(worker, count, alive)
         ):
             batch["shard_fetch_s"] = dataset.take_fetch_latencies()
+            batch["shard_refetch_bytes"] = dataset.take_refetched_bytes()
             slots.put(worker, batch, alive)
         slots.put_end(worker, alive)
     except WorkerGone:

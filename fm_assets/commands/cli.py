@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from fm_assets.commands.approval import approve
+from fm_assets.commands.cache import cache
 from fm_assets.commands.dev import dev
 from fm_assets.commands.lineage import lineage, revoke
 from fm_assets.settings import load_settings
@@ -358,6 +359,7 @@ main.add_command(dev)
 main.add_command(lineage)
 main.add_command(revoke)
 main.add_command(approve)
+main.add_command(cache)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Dagster objects only, one module per layer: landing, curated, versions, shards, registry."""
+"""Dagster objects only, one module per layer: landing, curated, versions, shards, cache,
+registry."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import functools
 
 import dagster as dg
 
+from fm_assets.defs.cache import shard_set_cache
 from fm_assets.defs.curated import build_curated_assets
 from fm_assets.defs.jobs import process_landing_batch
 from fm_assets.defs.landing import build_landing_sensor, landing_batch
@@ -30,6 +32,7 @@ def build_definitions() -> dg.Definitions:
             *build_curated_assets(),
             dataset_version,
             shard_set,
+            shard_set_cache,
             quality_classifier_registry,
             contamination_registry,
             contamination_scan,
