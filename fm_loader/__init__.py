@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from fm_loader.metrics import LoaderMetrics
     from fm_loader.mixture import Epochs, MixtureSpec
     from fm_loader.prewarm import prewarm
+    from fm_loader.probe import ProbeReport, probe
     from fm_loader.samples import IGNORE_INDEX
     from fm_loader.state import LoaderState
 
@@ -51,6 +52,8 @@ _PUBLIC = {
     "make_dataset": "fm_loader.make",
     "make_loader": "fm_loader.loader",
     "prewarm": "fm_loader.prewarm",
+    "probe": "fm_loader.probe",
+    "ProbeReport": "fm_loader.probe",
     "mds_columns": "fm_loader.manifest",
     "read_manifest": "fm_loader.manifest",
     "schema_fingerprint": "fm_loader.manifest",
@@ -65,6 +68,7 @@ __all__ = [
     "LoaderMetrics",
     "LoaderState",
     "MixtureSpec",
+    "ProbeReport",
     "ShardInfo",
     "ShardSetManifest",
     "collate",
@@ -72,6 +76,7 @@ __all__ = [
     "make_loader",
     "mds_columns",
     "prewarm",
+    "probe",
     "read_manifest",
     "schema_fingerprint",
 ]

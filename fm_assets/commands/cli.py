@@ -21,6 +21,7 @@ from fm_assets.commands.approval import approve
 from fm_assets.commands.cache import cache
 from fm_assets.commands.dev import dev
 from fm_assets.commands.lineage import lineage, revoke
+from fm_assets.commands.probe import loader
 from fm_assets.settings import load_settings
 
 
@@ -360,6 +361,7 @@ main.add_command(lineage)
 main.add_command(revoke)
 main.add_command(approve)
 main.add_command(cache)
+main.add_command(loader)
 
 
 if __name__ == "__main__":
