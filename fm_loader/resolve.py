@@ -75,7 +75,7 @@ def resolve_shard_set(
     cached = None
     if VERSION_KEY.fullmatch(source):
         settings = settings or load_loader_settings()
-        row = _select_row(source, _catalog_rows(source, settings), seq_len, tokenizer_hash)
+        row = _select_row(source, catalog_rows(source, settings), seq_len, tokenizer_hash)
         if is_remote(row["uri"]):
             cached = open_cached(
                 row["uri"],
@@ -140,7 +140,7 @@ def shard_set_locations(
     if match or VERSION_KEY.fullmatch(source):
         version = match["version"] if match else source
         settings = settings or load_loader_settings()
-        rows = _catalog_rows(version, settings)
+        rows = catalog_rows(version, settings)
         if not rows:
             raise ValueError(
                 f"unknown dataset version {version}: no shard set is registered for it; "
@@ -172,8 +172,11 @@ def shard_set_locations(
     return [Location(key, source, hashlib.sha256(data).hexdigest())]
 
 
-def _catalog_rows(version_key: str, settings: CatalogLocation) -> list[dict[str, Any]]:
-    """Rows of `shard_sets` for one version, read-only; [] when catalog or table is absent."""
+def catalog_rows(
+    version_key: str, settings: CatalogLocation, table_name: str = "shard_sets"
+) -> list[dict[str, Any]]:
+    """Rows of `shard_sets` (or `text_sets`) for one version, read-only; [] when the catalog or
+    the table is absent."""
     sqlite_path = settings.catalog_uri.removeprefix("sqlite:///")
     if sqlite_path != settings.catalog_uri and not Path(sqlite_path).exists():
         # SqlCatalog would create an empty database file: a loader must not write.
@@ -192,7 +195,7 @@ def _catalog_rows(version_key: str, settings: CatalogLocation) -> list[dict[str,
         properties |= iceberg_s3_properties(settings.s3_endpoint)
     catalog = SqlCatalog(settings.catalog_name, **properties)
     try:
-        table = catalog.load_table(f"{settings.namespace}.shard_sets")
+        table = catalog.load_table(f"{settings.namespace}.{table_name}")
     except (NoSuchTableError, NoSuchNamespaceError):
         return []
     # mypy reads EqualTo's pydantic fields, not its positional __init__.

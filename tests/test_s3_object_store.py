@@ -314,7 +314,13 @@ def test_upload_publishes_the_manifest_last_and_bad_sets_are_refused(
     source = fm_loader.make_dataset(
         platform.version_key, settings=settings, cache_dir=platform.cache_dir
     )
-    local = platform.cache_dir / platform.row["manifest_sha256"]
+    # The set's own files, as the cache holds them (without the cache's note of their origin).
+    entry = platform.cache_dir / platform.row["manifest_sha256"]
+    local = tmp_path / "set"
+    local.mkdir()
+    for path in entry.iterdir():
+        if path.name != "fm_cache_entry.json":
+            (local / path.name).write_bytes(path.read_bytes())
     store = open_object_store(settings)
     uploads: list[str] = []
     upload = ObjectStore.upload_file
