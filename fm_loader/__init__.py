@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     )
     from fm_loader.metrics import LoaderMetrics
     from fm_loader.mixture import Epochs, MixtureSpec
+    from fm_loader.online import OnlineDataset
+    from fm_loader.online_state import merge_states
     from fm_loader.prewarm import prewarm
     from fm_loader.probe import ProbeReport, probe
     from fm_loader.samples import IGNORE_INDEX
@@ -52,6 +54,8 @@ _PUBLIC = {
     "make_dataset": "fm_loader.make",
     "make_loader": "fm_loader.loader",
     "prewarm": "fm_loader.prewarm",
+    "merge_states": "fm_loader.online_state",
+    "OnlineDataset": "fm_loader.online",
     "probe": "fm_loader.probe",
     "ProbeReport": "fm_loader.probe",
     "mds_columns": "fm_loader.manifest",
@@ -68,6 +72,7 @@ __all__ = [
     "LoaderMetrics",
     "LoaderState",
     "MixtureSpec",
+    "OnlineDataset",
     "ProbeReport",
     "ShardInfo",
     "ShardSetManifest",
@@ -75,6 +80,7 @@ __all__ = [
     "make_dataset",
     "make_loader",
     "mds_columns",
+    "merge_states",
     "prewarm",
     "probe",
     "read_manifest",

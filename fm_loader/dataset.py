@@ -76,6 +76,10 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
         return self._shards[0].manifest
 
     @property
+    def seq_len(self) -> int:
+        return self.manifest.seq_len
+
+    @property
     def manifests(self) -> list[ShardSetManifest]:
         return [s.manifest for s in self._shards]
 
@@ -230,6 +234,10 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
             shards.close()
 
     # -- checkpointing --------------------------------------------------------------------
+    def tracker(self) -> SampleCounter:
+        """What `make_loader` uses to count the samples it hands over."""
+        return SampleCounter(self)
+
     def state_dict(self, consumed_samples: int | None = None) -> dict[str, Any]:
         """The global stream position as a plain dict (see `fm_loader.state.LoaderState`).
 
@@ -312,3 +320,17 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
             position=position,
             source_counts=tuple(counts),
         )
+
+
+class SampleCounter:
+    """The samples a loader handed over: ranks advance in lockstep, so a count says it all."""
+
+    def __init__(self, dataset: FmDataset) -> None:
+        self.dataset = dataset
+        self.consumed = 0
+
+    def add(self, batch: Batch) -> None:
+        self.consumed += len(batch["sample_index"])
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.dataset.state_dict(consumed_samples=self.consumed)

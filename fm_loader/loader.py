@@ -1,4 +1,4 @@
-"""`make_loader`: batches from an `FmDataset`, built by worker processes, counted and timed.
+"""`make_loader`: batches of a dataset, built by worker processes, counted and timed.
 
     loader = make_loader(dataset, batch_size=8, num_workers=2)
     for batch in loader: ...
@@ -28,6 +28,7 @@ import torch
 from fm_loader.blocks import as_tensors
 from fm_loader.dataset import FmDataset
 from fm_loader.metrics import LoaderMetrics
+from fm_loader.online import OnlineDataset
 from fm_loader.transport import (
     BatchSlots,
     batch_fields,
@@ -37,6 +38,7 @@ from fm_loader.transport import (
 from fm_loader.workers import WorkerPool
 
 Batch = dict[str, Any]
+Served = FmDataset | OnlineDataset  # shard sets, or text tokenized in the loader
 _DONE = object()
 
 
@@ -45,7 +47,7 @@ class FmLoader:
 
     def __init__(
         self,
-        dataset: FmDataset,
+        dataset: Served,
         *,
         batch_size: int | None = None,
         num_workers: int = 0,
@@ -67,7 +69,7 @@ class FmLoader:
         self.metrics = LoaderMetrics(log_every_s=log_every_s)
         for use in dataset.cache_uses:  # what opening the cached sets cost
             self.metrics.record_cache(use.warm_bytes, use.fetched_bytes, use.warmup_s)
-        self._consumed = 0
+        self._tracker = dataset.tracker()
         self.num_workers = num_workers
         self.pin_memory = pinned_memory_available(pin_memory)
         self.worker_init_fn = worker_init_fn
@@ -91,7 +93,11 @@ class FmLoader:
             raise RuntimeError("worker context missing")
         # Fresh slots each epoch: workers of an abandoned epoch may still hold old ones.
         slots = BatchSlots(
-            batch_fields(self.batch_size, self.dataset.manifest.seq_len),
+            batch_fields(
+                self.batch_size,
+                self.dataset.seq_len,
+                getattr(self.dataset, "extra_columns", ()),
+            ),
             self.num_workers,
             self._ahead,
             self._context,
@@ -134,24 +140,24 @@ class FmLoader:
         self.metrics.record_refetch(batch.pop("shard_refetch_bytes"))
         samples = len(batch["sample_index"])
         self.metrics.record_batch(samples, int(batch["num_tokens"].sum()), fetches)
-        self._consumed += samples
+        self._tracker.add(batch)
         return batch
 
     def state_dict(self) -> dict[str, Any]:
         """The dataset's state at exactly the samples this loader handed to the trainer."""
-        return self.dataset.state_dict(consumed_samples=self._consumed)
+        return self._tracker.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.dataset.load_state_dict(state)
-        self._consumed = 0
+        self._tracker = self.dataset.tracker()
 
     def set_epoch(self, epoch: int) -> None:
         self.dataset.set_epoch(epoch)
-        self._consumed = 0
+        self._tracker = self.dataset.tracker()
 
 
 def _produce(
-    dataset: FmDataset, pin_memory: bool, ready: queue.Queue[Any], stop: threading.Event
+    dataset: Served, pin_memory: bool, ready: queue.Queue[Any], stop: threading.Event
 ) -> None:
     """Build the rank's batches into `ready` until the epoch ends, fails, or we are stopped."""
     try:
@@ -180,7 +186,7 @@ def _produce(
             continue
 
 
-def _placement_batch_size(dataset: FmDataset, batch_size: int | None) -> int:
+def _placement_batch_size(dataset: Served, batch_size: int | None) -> int:
     """The batch size that places samples on workers: the dataset's, or the loader's when the
     dataset was left at 1. Two different explicit sizes would change which worker serves which
     sample (and so what a checkpoint means) without anyone asking: refused."""
@@ -196,7 +202,7 @@ def _placement_batch_size(dataset: FmDataset, batch_size: int | None) -> int:
 
 
 def make_loader(
-    dataset: FmDataset,
+    dataset: Served,
     *,
     batch_size: int | None = None,
     num_workers: int = 0,

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from fm_loader.dataset import DEFAULT_SHUFFLE_WINDOW, FmDataset
 from fm_loader.mixture import MixtureArg, MixtureSpec
+from fm_loader.online import DEFAULT_DOCS_PER_PACK, OnlineDataset
+from fm_loader.packing import OnlineTokenizer
 from fm_loader.plan import resolve_world
 from fm_loader.provenance import refuse_namespaces, refuse_revoked
 from fm_loader.resolve import (
@@ -16,6 +18,7 @@ from fm_loader.resolve import (
     tokenizer_file_hash,
 )
 from fm_loader.settings import CatalogLocation
+from fm_loader.text_set import resolve_text_set
 
 
 def make_dataset(
@@ -36,7 +39,9 @@ def make_dataset(
     run_id: str | None = None,
     allow_revoked: bool = False,
     namespaces: Collection[str] | None = None,
-) -> FmDataset:
+    tokenize_online: bool = False,
+    docs_per_pack: int = DEFAULT_DOCS_PER_PACK,
+) -> FmDataset | OnlineDataset:
     """Open a shard set, or a mixture of them, for training and check it before the first step.
 
     `source`: a dataset version key ("web@v1", resolved through the `shard_sets` catalog table),
@@ -57,9 +62,31 @@ def make_dataset(
     each shard set, with the position consumed at every `state_dict()`, for `fm lineage run`.
     `namespaces` (e.g. {"cloud"}): the data namespaces this job may read; a source holding any
     other raises, naming it.
+
+    `tokenize_online=True` (fine-tunes whose tokenizer is the experiment): serve each version's
+    curated text (its text set, `fm text export DATASET@vN`) tokenized here with `tokenizer`
+    and packed on the fly into `seq_len` samples, `docs_per_pack` documents at a time; see
+    `fm_loader.online`. The same exactly-once, elastic, resumable contract, with a state that
+    pins the tokenizer's hash.
     """
     spec = MixtureSpec.parse(source)
     rank, world_size = resolve_world(rank, world_size)
+    if tokenize_online:
+        return _online(
+            spec,
+            rank=rank,
+            world_size=world_size,
+            seed=seed,
+            epoch=epoch,
+            seq_len=seq_len,
+            tokenizer=tokenizer,
+            shuffle_window=shuffle_window,
+            batch_size=batch_size,
+            settings=settings,
+            cache_dir=Path(cache_dir) if cache_dir is not None else None,
+            allow_revoked=allow_revoked,
+            docs_per_pack=docs_per_pack,
+        )
     tokenizer_hash = tokenizer_file_hash(tokenizer) if tokenizer is not None else None
     resolved = []
     for key in spec.keys:
@@ -96,3 +123,47 @@ def make_dataset(
     if run_id is not None:
         dataset.record_run(run_id)
     return dataset
+
+
+def _online(
+    spec: MixtureSpec,
+    *,
+    rank: int,
+    world_size: int,
+    seed: int,
+    epoch: int,
+    seq_len: int | None,
+    tokenizer: str | None,
+    shuffle_window: int,
+    batch_size: int,
+    settings: CatalogLocation | None,
+    cache_dir: Path | None,
+    allow_revoked: bool,
+    docs_per_pack: int,
+) -> OnlineDataset:
+    if tokenizer is None or seq_len is None:
+        raise ValueError(
+            "make_dataset(tokenize_online=True) needs the tokenizer (tokenizer=PATH to a "
+            "tokenizer.json) and seq_len=N to pack into"
+        )
+    texts = []
+    for key in spec.keys:
+        text = resolve_text_set(key, settings=settings, cache_dir=cache_dir)
+        if not allow_revoked:
+            endpoint = settings.s3_endpoint if settings is not None else None
+            where = text.remote.uri if text.remote is not None else str(text.directory)
+            refuse_revoked(key, text.manifest.text_set_key, where, endpoint)
+        texts.append(text)
+    return OnlineDataset(
+        texts,
+        spec,
+        OnlineTokenizer.from_file(tokenizer),
+        rank=rank,
+        world_size=world_size,
+        seq_len=seq_len,
+        seed=seed,
+        epoch=epoch,
+        shuffle_window=shuffle_window,
+        batch_size=batch_size,
+        docs_per_pack=docs_per_pack,
+    )

@@ -24,8 +24,7 @@ from typing import Any
 
 import torch
 
-from fm_loader.dataset import FmDataset
-from fm_loader.loader import make_loader
+from fm_loader.loader import Served, make_loader
 from fm_loader.metrics import STALL_BOUND
 
 Batch = dict[str, Any]
@@ -106,7 +105,7 @@ def accelerator_step(seconds: float) -> Callable[[Batch], None]:
 
 
 def probe(
-    dataset: FmDataset,
+    dataset: Served,
     *,
     step: Callable[[Batch], Any] | float = 0.05,
     steps: int = 100,
@@ -140,7 +139,7 @@ def probe(
             f"the dataset has {len(loader)} batches left in this epoch, the probe needs "
             f"{warmup_steps + steps}: ask for fewer steps or a smaller batch_size"
         )
-    state = dataset.state_dict(consumed_samples=0)
+    state = dataset.tracker().state_dict()  # where it stands: restored at the end
     template: Batch | None = None
     batches = iter(loader)
     try:

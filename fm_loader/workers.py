@@ -2,8 +2,9 @@
 
 Worker w of n builds the rank's batches w, w + n, w + 2n, ... (the dataset's placement,
 `FmDataset.batch_stream`) into its shared-memory slots (`fm_loader.transport`); the trainer takes
-them round-robin, so it sees the rank's stream in order. The first worker that reports the end
-marks the end of the epoch (every later batch would have been someone's turn after it).
+them round-robin, so it sees the rank's stream in order. A worker that reports its end leaves
+the round (with shard sets every other worker then ends at its next turn too; a dataset
+tokenized in the loader places whole pack groups, so its workers end at different times).
 
 Why not torch's DataLoader: its per-batch machinery (an index queue per worker with a feeder
 thread, a pickled result queue) cost the trainer process about as much CPU as building the batch
@@ -60,10 +61,11 @@ class WorkerPool:
         """The rank's batches in order; `on_wait(seconds, ready)` after each wait for one."""
         import time
 
+        live = list(range(self.num_workers))
         turn = 0
-        while True:
-            worker = turn % self.num_workers
-            depth = sum(self.slots.ready_count(w) for w in range(self.num_workers))
+        while live:
+            worker = live[turn % len(live)]
+            depth = sum(self.slots.ready_count(w) for w in live)
             started = time.perf_counter()
             process = self.processes[worker]
             try:
@@ -74,9 +76,10 @@ class WorkerPool:
                     f"{process.exitcode}: killed, or out of memory?"
                 ) from None
             status, batch = self.slots.take(worker, pin_memory)
-            on_wait(time.perf_counter() - started, depth)
             if status == END:
-                return
+                live.remove(worker)  # the next live worker's turn is now at `turn`
+                continue
+            on_wait(time.perf_counter() - started, depth)
             if status != BATCH:
                 error, trace = batch
                 raise _in_worker(error, trace, worker)

@@ -412,3 +412,42 @@ def test_fm_cache_prewarm_then_an_epoch_without_the_stores_shards(
         for key in shards:
             with fs.open_output_stream(f"{bucket}/{key}", compression=None) as out:
                 out.write((entry / key.rsplit("/", 1)[-1]).read_bytes())
+
+
+def test_fm_text_export_then_the_loader_tokenizes_every_document_once(
+    platform: S3Platform, tmp_path: Path
+) -> None:
+    """The version's curated text, exported to the bucket and read through the node cache with
+    the tokenizer given at load time, gives exactly the tokens the platform's tokenize stage
+    stored for each document of the version."""
+    from collections import Counter
+
+    from click.testing import CliRunner
+
+    import fm_loader
+    from fm_assets.commands.cli import main
+    from fm_assets.versions.dataset_version import require_version, version_documents
+
+    result = CliRunner().invoke(main, ["text", "export", platform.version_key])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().splitlines()[-1] == platform.version_key
+    prefix = f"{OBJECTS}/texts/web/v1"
+    assert f"{prefix}/fm_text_manifest.json" in platform.keys(prefix)
+    dataset = fm_loader.make_dataset(
+        platform.version_key,
+        settings=platform.settings,
+        cache_dir=tmp_path / "cache",
+        tokenizer=str(NEOX_TOKENIZER),
+        seq_len=256,
+        tokenize_online=True,
+    )
+    served: dict[str, Counter[int]] = {}
+    for sample in dataset:
+        cu, ids = sample["cu_seqlens"].tolist(), sample["input_ids"].tolist()
+        for doc, start, end in zip(sample["doc_ids"], cu[:-1], cu[1:], strict=False):
+            served.setdefault(doc, Counter()).update(ids[start:end])
+    version = require_version(platform.settings, platform.version_key)
+    stored = version_documents(
+        platform.settings, version, "tokenized_documents", ("doc_id", "tokens")
+    ).to_pylist()
+    assert served == {row["doc_id"]: Counter(row["tokens"]) for row in stored}

@@ -1,4 +1,4 @@
-"""`fm cache`: the node's hot cache of shard sets: pre-warm, status, pins and quota.
+"""`fm cache`: the node's hot cache of shard sets (pre-warm, status, pins, quota); `fm text`.
 
 `fm cache prewarm` materializes the `shard_set_cache` asset of each shard set (so the pre-warm
 shows in the Dagster UI and a run's launch can depend on it); the other subcommands read and
@@ -169,3 +169,27 @@ def quota(size: str, cache_dir: str | None) -> None:
     limit = None if size.lower() == "none" else parse_size(size)
     set_quota(_root(cache_dir), limit)
     _echo(f"{_root(cache_dir)}: quota {'none' if limit is None else f'{limit:,} bytes'}")
+
+
+@click.group()
+def text() -> None:
+    """Text sets: a version's curated text, for tokenizing in the loader."""
+
+
+@text.command("export")
+@click.argument("version_key")
+def text_export(version_key: str) -> None:
+    """Export VERSION_KEY's curated text as a text set; prints the version key last.
+
+    Trainers then read it with make_dataset(VERSION_KEY, tokenizer=PATH, seq_len=N,
+    tokenize_online=True).
+    """
+    from fm_assets.defs.materialize import add_partitions, materialize
+    from fm_assets.defs.partitions import dataset_versions
+    from fm_assets.versions.dataset_version import require_version
+
+    settings = load_settings()
+    require_version(settings, version_key)  # before Dagster is even imported
+    add_partitions(settings, dataset_versions, [version_key])
+    materialize(settings, ["text_set"], version_key, _echo)
+    click.echo(version_key)

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from fm_assets.commands.approval import approve
-from fm_assets.commands.cache import cache
+from fm_assets.commands.cache import cache, text
 from fm_assets.commands.dev import dev
 from fm_assets.commands.lineage import lineage, revoke
 from fm_assets.commands.probe import loader
@@ -362,6 +362,7 @@ main.add_command(revoke)
 main.add_command(approve)
 main.add_command(cache)
 main.add_command(loader)
+main.add_command(text)
 
 
 if __name__ == "__main__":

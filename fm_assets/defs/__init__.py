@@ -20,6 +20,7 @@ from fm_assets.defs.registry import (
 )
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.defs.shards import shard_set
+from fm_assets.defs.texts import text_set
 from fm_assets.defs.versions import dataset_version
 
 
@@ -33,6 +34,7 @@ def build_definitions() -> dg.Definitions:
             dataset_version,
             shard_set,
             shard_set_cache,
+            text_set,
             quality_classifier_registry,
             contamination_registry,
             contamination_scan,
