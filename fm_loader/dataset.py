@@ -11,6 +11,7 @@ import torch.utils.data
 
 from fm_loader.blocks import Block, BlockError, RawBlock
 from fm_loader.manifest import ShardSetManifest
+from fm_loader.mapped import VerifiedTable
 from fm_loader.mixture import MixtureSpec, ScheduleCursor
 from fm_loader.plan import SourceOrder, rank_positions, worker_serves
 from fm_loader.provenance import RunRegistry, check_run_id
@@ -225,6 +226,14 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
         for shards in self._shards:
             shards.refetched_bytes = 0
         return total
+
+    def verification_table(self) -> VerifiedTable:
+        """A table in which this dataset's copies in worker processes share verified shards."""
+        return VerifiedTable([len(s.shards) for s in self._shards])
+
+    def share_verification(self, table: VerifiedTable) -> None:
+        for source, shards in enumerate(self._shards):
+            shards.verified = table.row(source)
 
     def close(self) -> None:
         """Unpin this dataset's cache entries (they may then be evicted) and unmap its shards."""

@@ -27,6 +27,7 @@ import torch
 
 from fm_loader.blocks import as_tensors
 from fm_loader.dataset import FmDataset
+from fm_loader.mapped import VerifiedTable
 from fm_loader.metrics import LoaderMetrics
 from fm_loader.online import OnlineDataset
 from fm_loader.transport import (
@@ -78,6 +79,7 @@ class FmLoader:
         # may hold without a copy (the one it works on and the one before it).
         self._ahead = max(1, prefetch_batches // max(1, num_workers))
         self._lend = 2
+        self._verified: VerifiedTable | None = None  # shards hashed by any of its workers
 
     def __len__(self) -> int:
         """Batches left in the epoch for this rank."""
@@ -104,6 +106,9 @@ class FmLoader:
             lend=self._lend,
             tail_bytes=max(64 << 10, self.batch_size * (2 << 10)),
         )
+        if self._verified is None:  # kept across epochs: a shard is hashed once per loader
+            self._verified = self.dataset.verification_table()
+            self.dataset.share_verification(self._verified)
         pool = WorkerPool(self.dataset, slots, self.num_workers, self._context, self.worker_init_fn)
         try:
             for batch in pool.batches(self.pin_memory, self.metrics.record_wait):
@@ -139,7 +144,10 @@ class FmLoader:
         fetches = batch.pop("shard_fetch_s")
         self.metrics.record_refetch(batch.pop("shard_refetch_bytes"))
         samples = len(batch["sample_index"])
-        self.metrics.record_batch(samples, int(batch["num_tokens"].sum()), fetches)
+        tokens = batch.pop("real_tokens", None)
+        if tokens is None:
+            tokens = int(batch["num_tokens"].sum())
+        self.metrics.record_batch(samples, tokens, fetches)
         self._tracker.add(batch)
         return batch
 

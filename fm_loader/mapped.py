@@ -3,6 +3,11 @@
 The base of `ShardSet` (packed token samples) and `TextShards` (documents' text): index.json is
 checked against the set's manifest at construction, and a shard of a cached set that fails its
 checksum is fetched again once (`fm_loader.fetch.RemoteShards`) before the loader gives up.
+
+A loader's worker processes share what they verified (`VerifiedTable`): the first process to
+hash a shard records the file's identity (inode, size, mtime), and another one mapping the same
+unchanged file skips the hash, so a shard is hashed once per loader, not once per worker and
+epoch. A file replaced since (a refetch renames a new inode into place) is hashed again.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from fm_loader.manifest import INDEX_NAME, ShardInfo
 
@@ -23,6 +29,26 @@ if TYPE_CHECKING:
     from fm_loader.fetch import RemoteShards
 
 OFFSET_PAIR = struct.Struct("<II")  # MDS: consecutive uint32 sample offsets / column sizes
+
+
+class VerifiedTable:
+    """Per set and shard, the identity (inode, size, mtime ns) of a file some process of this
+    loader hashed and found good; zeros when none did. Shared memory: workers inherit it."""
+
+    def __init__(self, shard_counts: list[int]) -> None:
+        table = torch.zeros(len(shard_counts), max(shard_counts, default=1), 3, dtype=torch.int64)
+        self.table: torch.Tensor = table.share_memory_()  # type: ignore[no-untyped-call]
+
+    def row(self, source: int) -> torch.Tensor:
+        return self.table[source]
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_ino, info.st_size, info.st_mtime_ns
 
 
 class MappedShards:
@@ -57,6 +83,7 @@ class MappedShards:
         self.remote = remote
         self.fetch_latencies: list[float] = []  # seconds to map + verify (+ refetch) each shard
         self.refetched_bytes = 0  # cached shards that failed their check and were fetched again
+        self.verified: torch.Tensor | None = None  # this set's row of a loader's VerifiedTable
 
     def __len__(self) -> int:
         return int(self.bounds[-1])
@@ -136,11 +163,21 @@ class MappedShards:
     def _map_verified(self, shard: int) -> tuple[mmap.mmap | None, str]:
         info = self.shards[shard]
         path = self.directory / info.name
+        identity = _identity(path)
         try:
             with open(path, "rb") as f:
                 mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as exc:
             return None, f"cannot open shard {path}: {exc}"
+        known = self.verified
+        if (
+            known is not None
+            and identity is not None
+            and len(mapped) == info.bytes
+            and tuple(known[shard].tolist()) == identity
+            and _identity(path) == identity
+        ):
+            return mapped, ""  # hashed by another process of this loader, file unchanged since
         # Hash the mapped bytes themselves: what we verify is exactly what we serve.
         digest = hashlib.sha256(mapped).hexdigest()
         if digest != info.sha256 or len(mapped) != info.bytes:
@@ -151,6 +188,8 @@ class MappedShards:
                 f"expected sha256 {info.sha256} ({info.bytes} bytes), got {digest} "
                 f"({size} bytes); the file is corrupt"
             )
+        if known is not None and identity is not None and _identity(path) == identity:
+            known[shard] = torch.tensor(identity, dtype=torch.int64)
         return mapped, ""
 
     def close(self) -> None:

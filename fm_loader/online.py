@@ -31,6 +31,7 @@ import numpy.typing as npt
 import torch.utils.data
 
 from fm_loader.blocks import Block, RawBlock
+from fm_loader.mapped import VerifiedTable
 from fm_loader.mixture import MixtureSpec, ScheduleCursor
 from fm_loader.online_state import (
     ONLINE_FORMAT_VERSION,
@@ -283,6 +284,14 @@ class OnlineDataset(torch.utils.data.IterableDataset[Sample]):
         for texts in self._texts:
             texts.refetched_bytes = 0
         return total
+
+    def verification_table(self) -> VerifiedTable:
+        """A table in which this dataset's copies in worker processes share verified shards."""
+        return VerifiedTable([len(s.shards) for s in self._texts])
+
+    def share_verification(self, table: VerifiedTable) -> None:
+        for source, shards in enumerate(self._texts):
+            shards.verified = table.row(source)
 
     def close(self) -> None:
         for pin in self._pins:

@@ -39,12 +39,13 @@ class OnlineTokenizer:
     @classmethod
     def from_file(cls, path: str | Path) -> OnlineTokenizer:
         data = Path(path).read_bytes()
-        tokenizer = _load(data.decode("utf-8"))
+        digest = hashlib.sha256(data).hexdigest()
+        tokenizer = _load(data.decode("utf-8"), digest)
         eos = _first_id(tokenizer, EOS_CANDIDATES)
         pad = _first_id(tokenizer, PAD_CANDIDATES)
         return cls(
             json=data.decode("utf-8"),
-            tokenizer_hash=hashlib.sha256(data).hexdigest(),
+            tokenizer_hash=digest,
             eos_id=eos,
             pad_id=pad if pad is not None else (eos if eos is not None else 0),
             vocab_size=int(tokenizer.get_vocab_size()),
@@ -52,7 +53,7 @@ class OnlineTokenizer:
 
     def encode(self, texts: list[str]) -> list[npt.NDArray[np.int64]]:
         """Token ids of each text, EOS appended; an empty array for a text with no tokens."""
-        tokenizer = _load(self.json)
+        tokenizer = _load(self.json, self.tokenizer_hash)
         encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=False)
         out = []
         for encoding in encodings:
@@ -66,8 +67,7 @@ class OnlineTokenizer:
 _TOKENIZERS: dict[str, Any] = {}  # per process: one parsed tokenizer per tokenizer.json
 
 
-def _load(text: str) -> Any:
-    key = hashlib.sha256(text.encode()).hexdigest()
+def _load(text: str, key: str) -> Any:
     tokenizer = _TOKENIZERS.get(key)
     if tokenizer is None:
         # A worker process is one of several: tokenizers' own thread pool would oversubscribe.

@@ -106,8 +106,8 @@ class BatchSlots:
     ) -> None:
         """`ahead`: batches a worker may have filled and not yet taken; `lend`: slots per worker
         the trainer may hand out without copying; `tail_bytes`: room for a batch's pickled
-        small values. Each worker gets `ahead + lend` slots: it never waits for memory."""
-        slots_per_worker = ahead + lend
+        small values. Each worker gets `ahead + lend + 1` slots: it never waits for memory."""
+        slots_per_worker = ahead + lend + 1  # one spare: a worker waits on `room` alone
         self.fields = dict(fields)
         # name -> (byte offset in a slot, numpy dtype, item size)
         self.places: dict[str, tuple[int, np.dtype[Any], int]] = {}

@@ -129,6 +129,7 @@ def _serve(
         ):
             batch["shard_fetch_s"] = dataset.take_fetch_latencies()
             batch["shard_refetch_bytes"] = dataset.take_refetched_bytes()
+            batch["real_tokens"] = int(batch["num_tokens"].sum())  # here, not in the trainer
             slots.put(worker, batch, alive)
         slots.put_end(worker, alive)
     except WorkerGone:
