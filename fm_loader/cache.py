@@ -129,7 +129,7 @@ def open_cached(
             if _still_there(fd, entry) and _complete(entry, layout):
                 # Shared lock only: other trainers keep reading while a pre-warm re-verifies.
                 _check_entry(entry, manifest_sha256, remote, layout, use, verify_all)
-                os.utime(entry)  # last use, for LRU eviction
+                _touch(entry)
                 return CachedSet(entry, EntryPin(fd), use)
             fcntl.flock(fd, fcntl.LOCK_EX)  # to download (flock converts: re-check after)
             if not _still_there(fd, entry) or _complete(entry, layout):
@@ -138,7 +138,7 @@ def open_cached(
             _fill(entry, manifest_sha256, remote, layout, use, verify_all)
             with locked(root, fcntl.LOCK_SH):  # no eviction while the lock is converted
                 fcntl.flock(fd, fcntl.LOCK_SH)
-            os.utime(entry)
+            _touch(entry)
             return CachedSet(entry, EntryPin(fd), use)
         except BaseException:
             os.close(fd)
@@ -152,6 +152,13 @@ def cached_shard_set(
     cached = open_cached(uri, manifest_sha256, cache_dir=cache_dir, s3_endpoint=s3_endpoint)
     cached.pin.close()
     return cached.directory
+
+
+def _touch(entry: Path) -> None:
+    """Record a use of the entry (its mtime orders LRU eviction); a cache this user may only
+    read (pre-warmed by another account) is served all the same."""
+    with contextlib.suppress(OSError):
+        os.utime(entry)
 
 
 def _still_there(fd: int, entry: Path) -> bool:
