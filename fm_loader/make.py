@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
+from typing import Literal, overload
 
 from fm_loader.dataset import DEFAULT_SHUFFLE_WINDOW, FmDataset
 from fm_loader.mixture import MixtureArg, MixtureSpec
@@ -19,6 +20,78 @@ from fm_loader.resolve import (
 )
 from fm_loader.settings import CatalogLocation
 from fm_loader.text_set import resolve_text_set
+
+
+@overload
+def make_dataset(
+    source: MixtureArg,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    seed: int = 0,
+    epoch: int = 0,
+    seq_len: int | None = None,
+    tokenizer: str | None = None,
+    shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
+    batch_size: int = 1,
+    expected_tokenizer_hash: str | None = None,
+    expected_schema_fingerprint: str | None = None,
+    settings: CatalogLocation | None = None,
+    cache_dir: str | Path | None = None,
+    run_id: str | None = None,
+    allow_revoked: bool = False,
+    namespaces: Collection[str] | None = None,
+    tokenize_online: Literal[False] = False,
+    docs_per_pack: int = DEFAULT_DOCS_PER_PACK,
+) -> FmDataset: ...
+
+
+@overload
+def make_dataset(
+    source: MixtureArg,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    seed: int = 0,
+    epoch: int = 0,
+    seq_len: int | None = None,
+    tokenizer: str | None = None,
+    shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
+    batch_size: int = 1,
+    expected_tokenizer_hash: str | None = None,
+    expected_schema_fingerprint: str | None = None,
+    settings: CatalogLocation | None = None,
+    cache_dir: str | Path | None = None,
+    run_id: str | None = None,
+    allow_revoked: bool = False,
+    namespaces: Collection[str] | None = None,
+    tokenize_online: Literal[True],
+    docs_per_pack: int = DEFAULT_DOCS_PER_PACK,
+) -> OnlineDataset: ...
+
+
+@overload
+def make_dataset(
+    source: MixtureArg,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    seed: int = 0,
+    epoch: int = 0,
+    seq_len: int | None = None,
+    tokenizer: str | None = None,
+    shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
+    batch_size: int = 1,
+    expected_tokenizer_hash: str | None = None,
+    expected_schema_fingerprint: str | None = None,
+    settings: CatalogLocation | None = None,
+    cache_dir: str | Path | None = None,
+    run_id: str | None = None,
+    allow_revoked: bool = False,
+    namespaces: Collection[str] | None = None,
+    tokenize_online: bool,
+    docs_per_pack: int = DEFAULT_DOCS_PER_PACK,
+) -> FmDataset | OnlineDataset: ...
 
 
 def make_dataset(
