@@ -17,7 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fm_loader.collate import collate
+    from fm_loader.collation import collate
     from fm_loader.dataset import FmDataset
     from fm_loader.loader import FmLoader, make_loader
     from fm_loader.make import make_dataset
@@ -33,10 +33,10 @@ if TYPE_CHECKING:
     from fm_loader.mixture import Epochs, MixtureSpec
     from fm_loader.online import OnlineDataset
     from fm_loader.online_state import merge_states
-    from fm_loader.prewarm import prewarm
-    from fm_loader.probe import ProbeReport, probe
     from fm_loader.samples import IGNORE_INDEX
+    from fm_loader.stall import ProbeReport, probe
     from fm_loader.state import LoaderState
+    from fm_loader.warmup import prewarm
 
 # Public name -> the module defining it.
 _PUBLIC = {
@@ -50,14 +50,14 @@ _PUBLIC = {
     "MixtureSpec": "fm_loader.mixture",
     "ShardInfo": "fm_loader.manifest",
     "ShardSetManifest": "fm_loader.manifest",
-    "collate": "fm_loader.collate",
+    "collate": "fm_loader.collation",
     "make_dataset": "fm_loader.make",
     "make_loader": "fm_loader.loader",
-    "prewarm": "fm_loader.prewarm",
+    "prewarm": "fm_loader.warmup",
     "merge_states": "fm_loader.online_state",
     "OnlineDataset": "fm_loader.online",
-    "probe": "fm_loader.probe",
-    "ProbeReport": "fm_loader.probe",
+    "probe": "fm_loader.stall",
+    "ProbeReport": "fm_loader.stall",
     "mds_columns": "fm_loader.manifest",
     "read_manifest": "fm_loader.manifest",
     "schema_fingerprint": "fm_loader.manifest",

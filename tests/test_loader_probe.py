@@ -85,3 +85,19 @@ def test_fm_loader_probe_prints_both_loops_and_the_verdict(web: Built, tmp_path:
         "tokens/s",
     ]
     assert lines[7] == "bottleneck: trainer" and lines[8].startswith("trainer-bound")
+
+
+def test_every_public_name_is_what_it_names_whatever_was_imported_first() -> None:
+    """Importing a submodule sets it as an attribute of the package: a public function named
+    like its own module (`fm_loader.probe` in probe.py) would then be shadowed by the module."""
+    import importlib
+    import pkgutil
+    import types
+
+    import fm_loader
+
+    for module in pkgutil.iter_modules(fm_loader.__path__):
+        importlib.import_module(f"fm_loader.{module.name}")
+    shadowed = [n for n in fm_loader.__all__ if isinstance(getattr(fm_loader, n), types.ModuleType)]
+    assert shadowed == []
+    assert callable(fm_loader.probe) and callable(fm_loader.prewarm)

@@ -62,8 +62,8 @@ def prewarm(key: str, cache_dir: str | None, seq_len: int | None, tokenizer: str
     """
     from fm_assets.defs.materialize import add_partitions, materialize, shard_set_partition
     from fm_assets.defs.partitions import dataset_versions, shard_configs
-    from fm_loader.prewarm import warm
     from fm_loader.resolve import SHARD_SET_KEY, shard_set_locations, tokenizer_file_hash
+    from fm_loader.warmup import warm
 
     settings = load_settings()
     root = _root(cache_dir)
