@@ -17,9 +17,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fm_loader.collate import collate
-    from fm_loader.dataset import FmDataset, make_dataset
+    from fm_loader.collation import collate
+    from fm_loader.dataset import FmDataset
     from fm_loader.loader import FmLoader, make_loader
+    from fm_loader.make import make_dataset
     from fm_loader.manifest import (
         MANIFEST_FORMAT_VERSION,
         ShardInfo,
@@ -30,8 +31,12 @@ if TYPE_CHECKING:
     )
     from fm_loader.metrics import LoaderMetrics
     from fm_loader.mixture import Epochs, MixtureSpec
+    from fm_loader.online import OnlineDataset
+    from fm_loader.online_state import merge_states
     from fm_loader.samples import IGNORE_INDEX
+    from fm_loader.stall import ProbeReport, probe
     from fm_loader.state import LoaderState
+    from fm_loader.warmup import prewarm
 
 # Public name -> the module defining it.
 _PUBLIC = {
@@ -45,9 +50,14 @@ _PUBLIC = {
     "MixtureSpec": "fm_loader.mixture",
     "ShardInfo": "fm_loader.manifest",
     "ShardSetManifest": "fm_loader.manifest",
-    "collate": "fm_loader.collate",
-    "make_dataset": "fm_loader.dataset",
+    "collate": "fm_loader.collation",
+    "make_dataset": "fm_loader.make",
     "make_loader": "fm_loader.loader",
+    "prewarm": "fm_loader.warmup",
+    "merge_states": "fm_loader.online_state",
+    "OnlineDataset": "fm_loader.online",
+    "probe": "fm_loader.stall",
+    "ProbeReport": "fm_loader.stall",
     "mds_columns": "fm_loader.manifest",
     "read_manifest": "fm_loader.manifest",
     "schema_fingerprint": "fm_loader.manifest",
@@ -62,12 +72,17 @@ __all__ = [
     "LoaderMetrics",
     "LoaderState",
     "MixtureSpec",
+    "OnlineDataset",
+    "ProbeReport",
     "ShardInfo",
     "ShardSetManifest",
     "collate",
     "make_dataset",
     "make_loader",
     "mds_columns",
+    "merge_states",
+    "prewarm",
+    "probe",
     "read_manifest",
     "schema_fingerprint",
 ]

@@ -37,11 +37,17 @@ class RawBlock:
 class Block:
     """Training tensors of a block; `sample(i)` is one sample, `batch()` all of them collated."""
 
-    def __init__(self, raw: RawBlock) -> None:
+    def __init__(self, raw: RawBlock, out: dict[str, npt.NDArray[Any]] | None = None) -> None:
+        """`out`: [count, seq_len] arrays to build input_ids, labels, loss_mask and position_ids
+        into (a worker's shared-memory slot), instead of new ones."""
         count, seq_len = raw.input_ids.shape
         self.raw, self.seq_len = raw, seq_len
         segments, lengths, starts, num_real = _segments(raw, seq_len)
-        ids = raw.input_ids.astype(np.int64, copy=False)
+        if out is None:
+            ids = raw.input_ids.astype(np.int64, copy=False)
+        else:
+            ids = out["input_ids"]
+            np.copyto(ids, raw.input_ids)
 
         # Every position belongs to one run: a document segment, or a sample's padding tail.
         # Work on the flattened block with one run table instead of [B, L] masks.
@@ -56,9 +62,13 @@ class Block:
             [np.zeros(len(segments), dtype=bool), np.ones(len(padded), dtype=bool)]
         )[order]
         total = count * seq_len
-        position_ids = _positions(total) - np.repeat(run_flat, run_length)
+        position_ids = np.subtract(
+            _positions(total),
+            np.repeat(run_flat, run_length),
+            out=None if out is None else out["position_ids"].reshape(-1),
+        )
 
-        labels = np.empty(total, dtype=np.int64)
+        labels = np.empty(total, dtype=np.int64) if out is None else out["labels"].reshape(-1)
         flat_ids = ids.reshape(-1)
         labels[:-1] = flat_ids[1:]
         labels[run_flat + run_length - 1] = IGNORE_INDEX  # no loss across a boundary
@@ -77,7 +87,9 @@ class Block:
         self.arrays = {
             "input_ids": ids,
             "labels": labels,
-            "loss_mask": labels != IGNORE_INDEX,
+            "loss_mask": np.not_equal(
+                labels, IGNORE_INDEX, out=None if out is None else out["loss_mask"]
+            ),
             "position_ids": position_ids.reshape(count, seq_len),
         }
         self._rows: dict[str, tuple[torch.Tensor, ...]] | None = None

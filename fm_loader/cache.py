@@ -1,16 +1,19 @@
-"""A node-local cache of remote (`s3://`) shard sets, keyed by the sha256 of their manifest.
+"""A node-local cache of remote (`s3://`) sets, keyed by the sha256 of their manifest.
 
-    <cache dir>/<manifest sha256>/            a complete copy: index.json, shards, fm_manifest.json
-    <cache dir>/.<manifest sha256>.tmp-<pid>-*  a download in progress, renamed into place when done
+    <cache dir>/<manifest sha256>/                  one set
+        fm_cache_entry.json                         where it comes from, its shards and bytes
+        index.json, shard.NNNNN.mds, ...            each appears only once it matched its sha256
+        .shard.NNNNN.mds.tmp-<pid>-<random>         a shard being downloaded (never read)
+        fm_manifest.json                            written last: the set is complete
 
-Downloads are serialised per node by an flock on the cache directory itself, so no lock file is
-ever created or left behind; a crashed download leaves only its tmp directory, which the next
-download of that set removes.
-
-An entry appears only by renaming a fully downloaded directory whose every shard matched the
-manifest's sha256 and size, so a partial copy is never read. Its name is the hash of the manifest
-the catalog pinned, and a rebuilt set has a new manifest, so a stale copy is never served. The
-shards are read in place from the entry and re-verified on first use, as local sets are.
+A set is downloaded by one process at a time (an exclusive flock on its entry directory; see
+`fm_loader.cache_dir` for the locks, the quota and eviction); every other trainer or pre-warm of
+the same set waits for it and then reads the same copy. Each shard is written under a hidden
+temporary name and renamed into place only after its sha256 and size matched the manifest, so no
+partial file is ever visible, and a download cut short keeps the shards it finished: the next one
+fetches only what is missing. The entry's name is the hash of the manifest the catalog pinned, and
+a rebuilt set has a new manifest, so a stale copy is never served. Shards are read in place and
+re-verified when a process first maps them, as local sets are.
 """
 
 from __future__ import annotations
@@ -18,28 +21,44 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
+import time
 import uuid
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow.fs as pafs
-
+from fm_loader.cache_dir import (
+    ENTRY_INFO_NAME,
+    default_cache_dir,
+    locked,
+    make_room,
+)
+from fm_loader.fetch import CacheUse, RemoteShards, file_sha256
 from fm_loader.manifest import INDEX_NAME, MANIFEST_NAME, ShardInfo, ShardSetManifest
-from fm_loader.remote import filesystem_for
-from fm_loader.retry import with_retries
+from fm_loader.retry import StorageUnavailable
 from fm_loader.shards import REBUILD_HINT
 
-DOWNLOAD_THREADS = 8
-_CHUNK = 8 << 20
+__all__ = ["default_cache_dir"]
 
 
-def default_cache_dir() -> Path:
-    """`~/.cache/fm_loader`: per user and per node, outside any FM_HOME."""
-    return Path.home() / ".cache" / "fm_loader"
+@dataclass(frozen=True)
+class Layout:
+    """What kind of set an entry holds: its manifest's name and how to read the manifest."""
+
+    manifest_name: str
+    describe: Callable[[bytes], tuple[str, tuple[ShardInfo, ...], str]]  # key, shards, rebuild
+
+
+def _shard_set(data: bytes) -> tuple[str, tuple[ShardInfo, ...], str]:
+    manifest = ShardSetManifest.from_json(data.decode("utf-8"))
+    rebuild = REBUILD_HINT.format(version=manifest.source_version, seq_len=manifest.seq_len)
+    return manifest.shard_set_key, manifest.shards, rebuild
+
+
+SHARD_SET = Layout(MANIFEST_NAME, _shard_set)
 
 
 def is_remote(location: str) -> bool:
@@ -47,169 +66,190 @@ def is_remote(location: str) -> bool:
     return location.startswith("s3://")
 
 
-def copy_remote_file(fs: pafs.FileSystem, path: str, dest: Path) -> tuple[str, int]:
-    """Stream one file from `fs` to `dest`, durably; return its (sha256, size).
+class EntryPin:
+    """A shared flock on an open entry: eviction skips the set while this process holds it.
 
-    A copy cut by a transient failure (reset, timeout, throttling) starts again from the first
-    byte; one that keeps failing raises StorageUnavailable.
+    Released by `close()`, when the object is collected, or by the kernel if the process dies.
+    Not carried to spawned workers (their parent holds it for them).
     """
-    return with_retries(
-        lambda: _copy_once(fs, path, dest), what=f"downloading {path}", must_exist=True
-    )
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"_fd": None}
 
 
-def _copy_once(fs: pafs.FileSystem, path: str, dest: Path) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    # compression=None: pyarrow would otherwise guess a codec from the file name.
-    with fs.open_input_stream(path, compression=None) as src, open(dest, "wb") as out:
-        while chunk := src.read(_CHUNK):
-            digest.update(chunk)
-            out.write(chunk)
-            size += len(chunk)
-        out.flush()
-        # The entry is trusted once renamed: its bytes must be on disk before that.
-        os.fsync(out.fileno())
-    return digest.hexdigest(), size
+@dataclass
+class CachedSet:
+    """A complete local copy of a remote set, pinned while this object is open."""
+
+    directory: Path
+    pin: EntryPin
+    use: CacheUse = field(default_factory=CacheUse)
+
+
+def open_cached(
+    uri: str,
+    manifest_sha256: str,
+    *,
+    cache_dir: Path | None,
+    s3_endpoint: str | None,
+    layout: Layout = SHARD_SET,
+    verify_all: bool = False,
+) -> CachedSet:
+    """The entry of the set at `uri` whose manifest hashes to `manifest_sha256`, complete and
+    pinned (shared lock held) for as long as the result is open.
+
+    Downloads what is missing first (once per node: concurrent callers wait and reuse it),
+    making room under the cache's quota. `verify_all` (pre-warm): re-hash the shards already
+    there too, fetching any that fail. Raises ValueError, saying what to do, when the published
+    set does not match the pinned manifest or a shard its checksum, and CacheFull when the quota
+    cannot make room.
+    """
+    root = cache_dir if cache_dir is not None else default_cache_dir()
+    entry = root / manifest_sha256
+    remote = RemoteShards(uri, entry, s3_endpoint, layout.manifest_name)
+    use = CacheUse()
+    while True:
+        root.mkdir(parents=True, exist_ok=True)
+        entry.mkdir(exist_ok=True)
+        fd = os.open(entry, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            if _still_there(fd, entry) and _complete(entry, layout):
+                # Shared lock only: other trainers keep reading while a pre-warm re-verifies.
+                _check_entry(entry, manifest_sha256, remote, layout, use, verify_all)
+                _touch(entry)
+                return CachedSet(entry, EntryPin(fd), use)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # to download (flock converts: re-check after)
+            if not _still_there(fd, entry) or _complete(entry, layout):
+                os.close(fd)  # evicted, or completed by another process, while we waited
+                continue
+            _fill(entry, manifest_sha256, remote, layout, use, verify_all)
+            with locked(root, fcntl.LOCK_SH):  # no eviction while the lock is converted
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            _touch(entry)
+            return CachedSet(entry, EntryPin(fd), use)
+        except BaseException:
+            os.close(fd)
+            raise
 
 
 def cached_shard_set(
     uri: str, manifest_sha256: str, *, cache_dir: Path | None, s3_endpoint: str | None
 ) -> Path:
-    """The local directory of the shard set at `uri` whose manifest hashes to `manifest_sha256`.
-
-    Downloads it on first use (once per node: concurrent callers wait on a lock and reuse the
-    result). Raises ValueError, saying what to do, when the published set does not match the
-    pinned manifest or a shard its checksum, and when an existing entry is damaged.
-    """
-    root = cache_dir if cache_dir is not None else default_cache_dir()
-    entry = root / manifest_sha256
-    if entry.is_dir():
-        _check_entry(entry, manifest_sha256, uri, RemoteShards(uri, entry, s3_endpoint))
-        return entry
-    root.mkdir(parents=True, exist_ok=True)
-    with _exclusive(root):
-        if entry.is_dir():  # another rank finished the download while we waited
-            _check_entry(entry, manifest_sha256, uri, RemoteShards(uri, entry, s3_endpoint))
-            return entry
-        # Holding the lock, any temporary directory of this set is a crashed download.
-        for stale in root.glob(f".{manifest_sha256}.tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        tmp = root / f".{manifest_sha256}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        try:
-            _download(uri, manifest_sha256, tmp, s3_endpoint)
-            tmp.rename(entry)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return entry
+    """The local directory of the shard set at `uri` (see `open_cached`), not kept pinned."""
+    cached = open_cached(uri, manifest_sha256, cache_dir=cache_dir, s3_endpoint=s3_endpoint)
+    cached.pin.close()
+    return cached.directory
 
 
-def remote_manifest_sha256(uri: str, s3_endpoint: str | None) -> str:
-    """sha256 of the manifest published at `uri` now: the cache key of a set named by location."""
-    fs, remote = filesystem_for(uri, s3_endpoint)
-    path = f"{remote.rstrip('/')}/{MANIFEST_NAME}"
+def _touch(entry: Path) -> None:
+    """Record a use of the entry (its mtime orders LRU eviction); a cache this user may only
+    read (pre-warmed by another account) is served all the same."""
+    with contextlib.suppress(OSError):
+        os.utime(entry)
+
+
+def _still_there(fd: int, entry: Path) -> bool:
+    """The directory we locked is still the entry (not renamed away by an eviction)."""
     try:
-        data = _read_remote(fs, path)
-    except (OSError, FileNotFoundError) as exc:
-        raise ValueError(
-            f"{uri} is not a complete shard set: cannot read {MANIFEST_NAME} ({exc}); the "
-            "writer uploads it last, so the set is missing or still being written"
-        ) from exc
-    return hashlib.sha256(data).hexdigest()
+        return os.fstat(fd).st_ino == entry.stat().st_ino
+    except FileNotFoundError:
+        return False
 
 
-def _read_remote(fs: pafs.FileSystem, path: str) -> bytes:
-    def read() -> bytes:
-        with fs.open_input_stream(path, compression=None) as f:
-            data: bytes = f.read()
-        return data
-
-    return with_retries(read, what=f"reading {path}")
+def _complete(entry: Path, layout: Layout) -> bool:
+    return (entry / layout.manifest_name).is_file()
 
 
-@contextlib.contextmanager
-def _exclusive(directory: Path) -> Iterator[None]:
-    """Hold an exclusive flock on `directory` (released on exit, or by the kernel on a crash)."""
-    fd = os.open(directory, os.O_RDONLY)
+def _fill(
+    entry: Path,
+    manifest_sha256: str,
+    remote: RemoteShards,
+    layout: Layout,
+    use: CacheUse,
+    verify_all: bool,
+) -> None:
+    """Holding the entry's exclusive lock: fetch every missing (or, with `verify_all`, bad)
+    file, the manifest last. A set that is bad in the store leaves no entry behind."""
+    for stale in entry.glob(".*.tmp-*"):  # left by a download that died
+        stale.unlink(missing_ok=True)
+    started = time.perf_counter()
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        data = remote.manifest_bytes(manifest_sha256)
+        key, shards, _ = layout.describe(data)
+        info = {
+            "uri": remote.uri,
+            "manifest_sha256": manifest_sha256,
+            "manifest_name": layout.manifest_name,
+            "shard_set_key": key,
+            "shard_names": [s.name for s in shards],
+            "bytes": sum(s.bytes for s in shards),
+        }
+        if not (entry / ENTRY_INFO_NAME).is_file():
+            _write_atomic(entry / ENTRY_INFO_NAME, json.dumps(info, indent=1).encode())
+        make_room(entry.parent, keep=entry.name)  # counts this set at its full size
+        remote.fetch_index(entry)
+        remote.fetch_shards(shards, use, verify_all)
+        _write_atomic(entry / layout.manifest_name, data)
+    except StorageUnavailable:
+        raise  # transient: the shards fetched so far stay for the next attempt
+    except BaseException:
+        if not _complete(entry, layout):  # nothing of a bad or refused set stays
+            _discard(entry)
+        raise
     finally:
-        os.close(fd)  # closing the descriptor releases the lock
+        use.warmup_s += time.perf_counter() - started
 
 
-@dataclass(frozen=True)
-class RemoteShards:
-    """Where a cache entry came from, so a damaged shard can be fetched again (picklable)."""
-
-    uri: str
-    entry: Path
-    s3_endpoint: str | None
-
-    def refetch(self, shard: ShardInfo) -> None:
-        """Download one shard again over the cached copy; raise naming it if it is still bad."""
-        fs, remote = filesystem_for(self.uri, self.s3_endpoint)
-        tmp = self.entry / f".{shard.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        try:
-            sha, size = copy_remote_file(fs, f"{remote.rstrip('/')}/{shard.name}", tmp)
-            if sha != shard.sha256 or size != shard.bytes:
-                raise ValueError(
-                    f"shard {shard.name} of {self.uri} is corrupt in the object store too: sha256 "
-                    f"{sha} ({size} bytes), expected {shard.sha256} ({shard.bytes}); rebuild the "
-                    "shard set with `fm shards build`"
-                )
-            tmp.replace(self.entry / shard.name)  # atomic: readers see the old or the new file
-        finally:
-            tmp.unlink(missing_ok=True)
+def _discard(entry: Path) -> None:
+    doomed = entry.with_name(f".evicting-{entry.name}-{uuid.uuid4().hex[:8]}")
+    with contextlib.suppress(FileNotFoundError):
+        entry.rename(doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
 
 
-def _download(uri: str, manifest_sha256: str, tmp: Path, s3_endpoint: str | None) -> None:
-    """Copy the set into `tmp`, verifying every shard; the manifest is written last."""
-    fs, remote = filesystem_for(uri, s3_endpoint)
-    remote = remote.rstrip("/")
-    manifest_path = f"{remote}/{MANIFEST_NAME}"
-    if fs.get_file_info(manifest_path).type != pafs.FileType.File:
-        raise ValueError(
-            f"{uri} is not a complete shard set: {MANIFEST_NAME} is missing (the writer uploads "
-            "it last); rebuild it with `fm shards build DATASET@vN --tokenizer PATH --seq-len N`"
-        )
-    data = _read_remote(fs, manifest_path)
-    digest = hashlib.sha256(data).hexdigest()
-    manifest = ShardSetManifest.from_json(data.decode("utf-8"))
-    rebuild = REBUILD_HINT.format(version=manifest.source_version, seq_len=manifest.seq_len)
-    if digest != manifest_sha256:
-        raise ValueError(
-            f"the manifest at {uri} has sha256 {digest}, but the catalog registered "
-            f"{manifest_sha256}: the shard set changed after it was registered; {rebuild}"
-        )
-    tmp.mkdir(parents=True)
-    copy_remote_file(fs, f"{remote}/{INDEX_NAME}", tmp / INDEX_NAME)
-
-    def fetch(index: int) -> str | None:
-        shard = manifest.shards[index]
-        sha, size = copy_remote_file(fs, f"{remote}/{shard.name}", tmp / shard.name)
-        if sha == shard.sha256 and size == shard.bytes:
-            return None
-        return f"{shard.name}: sha256 {sha} ({size} bytes), expected {shard.sha256} ({shard.bytes})"
-
-    with ThreadPoolExecutor(max_workers=DOWNLOAD_THREADS) as pool:
-        problems = [p for p in pool.map(fetch, range(len(manifest.shards))) if p]
-    if problems:
-        raise ValueError(
-            f"shard set {uri} is corrupt in the object store: {'; '.join(problems[:3])}; {rebuild}"
-        )
-    (tmp / MANIFEST_NAME).write_bytes(data)
-
-
-def _check_entry(entry: Path, manifest_sha256: str, uri: str, remote: RemoteShards) -> None:
-    """Cheap checks of an existing entry (the manifest's hash, every file at its size).
-
-    A missing or truncated shard is fetched again once (then it must match its sha256);
-    shard contents are verified by sha256 when the loader first maps them, as for local sets.
-    """
-    fix = f"delete {entry} and the next make_dataset downloads {uri} again"
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
-        data = (entry / MANIFEST_NAME).read_bytes()
+        with open(tmp, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _check_entry(
+    entry: Path,
+    manifest_sha256: str,
+    remote: RemoteShards,
+    layout: Layout,
+    use: CacheUse,
+    verify_all: bool,
+) -> None:
+    """Checks of a complete entry: the manifest's hash, every file at its size (and with
+    `verify_all` its sha256), counted in `use`.
+
+    A missing, truncated (or failing) shard is fetched again once, atomically (then it must match
+    its sha256); otherwise shard contents are verified when the loader first maps them, as for
+    local sets.
+    """
+    fix = f"delete {entry} and the next make_dataset downloads {remote.uri} again"
+    try:
+        data = (entry / layout.manifest_name).read_bytes()
     except OSError as exc:
         raise ValueError(f"cache entry {entry} has no readable manifest ({exc}); {fix}") from exc
     digest = hashlib.sha256(data).hexdigest()
@@ -219,8 +259,17 @@ def _check_entry(entry: Path, manifest_sha256: str, uri: str, remote: RemoteShar
         )
     if not (entry / INDEX_NAME).is_file():
         raise ValueError(f"cache entry {entry} has no {INDEX_NAME}; {fix}")
-    manifest = ShardSetManifest.from_json(data.decode("utf-8"))
-    for shard in manifest.shards:
+    started = time.perf_counter()
+    for shard in layout.describe(data)[1]:
         path = entry / shard.name
-        if not path.is_file() or path.stat().st_size != shard.bytes:
+        good = path.is_file() and path.stat().st_size == shard.bytes
+        if good and verify_all:
+            good = file_sha256(path) == shard.sha256
+            use.verified_bytes += shard.bytes if good else 0
+        if good:
+            use.warm_bytes += shard.bytes
+        else:
             remote.refetch(shard)
+            use.fetched_bytes += shard.bytes
+    if use.fetched_bytes or verify_all:
+        use.warmup_s += time.perf_counter() - started

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,16 +11,11 @@ import torch.utils.data
 
 from fm_loader.blocks import Block, BlockError, RawBlock
 from fm_loader.manifest import ShardSetManifest
-from fm_loader.mixture import MixtureArg, MixtureSpec, ScheduleCursor
-from fm_loader.plan import SourceOrder, rank_positions, resolve_world, worker_serves
-from fm_loader.provenance import RunRegistry, check_run_id, refuse_namespaces, refuse_revoked
-from fm_loader.resolve import (
-    ResolvedShardSet,
-    check_compatible,
-    resolve_shard_set,
-    tokenizer_file_hash,
-)
-from fm_loader.settings import CatalogLocation
+from fm_loader.mapped import VerifiedTable
+from fm_loader.mixture import MixtureSpec, ScheduleCursor
+from fm_loader.plan import SourceOrder, rank_positions, worker_serves
+from fm_loader.provenance import RunRegistry, check_run_id
+from fm_loader.resolve import ResolvedShardSet, check_same_layout, location_of
 from fm_loader.shards import ShardSet
 from fm_loader.state import PLAN_VERSION, STATE_FORMAT_VERSION, LoaderState
 
@@ -61,14 +55,17 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
                 f"got seed={seed}, epoch={epoch}, shuffle_window={shuffle_window}, "
                 f"batch_size={batch_size}"
             )
-        _check_same_layout(resolved)
+        check_same_layout(resolved)
         self.spec = spec
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.shuffle_window, self.batch_size = shuffle_window, batch_size
         self.content_hashes = tuple(r.manifest_sha256 for r in resolved)
         self._run: RunRegistry | None = None  # set by `record_run` on rank 0
-        self._locations = [_location(r) for r in resolved]
+        self._locations = [location_of(r) for r in resolved]
         self._shards = [ShardSet(r.directory, r.manifest, remote=r.remote) for r in resolved]
+        # Open cache entries stay pinned (never evicted) while this dataset lives.
+        self._pins = [r.pin for r in resolved if r.pin is not None]
+        self.cache_uses = [r.cache_use for r in resolved if r.cache_use is not None]
         sizes = [len(s) for s in self._shards]
         self._weights = spec.integer_weights(sizes)
         self.epoch_length = spec.epoch_length(sizes)
@@ -78,6 +75,10 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
     def manifest(self) -> ShardSetManifest:
         """The first source's manifest (all sources share seq_len, tokenizer and schema)."""
         return self._shards[0].manifest
+
+    @property
+    def seq_len(self) -> int:
+        return self.manifest.seq_len
 
     @property
     def manifests(self) -> list[ShardSetManifest]:
@@ -116,12 +117,18 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
                 yield sample
 
     def batch_stream(
-        self, worker: int = 0, num_workers: int = 1, *, arrays: bool = False
+        self,
+        worker: int = 0,
+        num_workers: int = 1,
+        *,
+        arrays: bool = False,
+        out: Callable[[int], dict[str, npt.NDArray[Any]]] | None = None,
     ) -> Iterator[Batch]:
         """Collated batches of `batch_size` samples this rank and worker serve, built whole
-        (as numpy arrays with `arrays=True`)."""
+        (as numpy arrays with `arrays=True`). `out(count)`, called once per batch, gives the
+        [count, seq_len] arrays to build the batch's tensors into (see `Block`)."""
         for sources, ids in self._groups(worker, num_workers, self.batch_size):
-            block = self._block(sources, ids)
+            block = self._block(sources, ids, None if out is None else out(len(ids)))
             yield block.batch_arrays() if arrays else block.batch()
 
     def _groups(
@@ -145,7 +152,12 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
         if held:
             yield np.concatenate(pending_s), np.concatenate(pending_i)
 
-    def _block(self, sources: npt.NDArray[np.intp], ids: npt.NDArray[np.int64]) -> Block:
+    def _block(
+        self,
+        sources: npt.NDArray[np.intp],
+        ids: npt.NDArray[np.int64],
+        out: dict[str, npt.NDArray[Any]] | None = None,
+    ) -> Block:
         seq_len = self.manifest.seq_len
         tokens = np.empty((len(ids), seq_len), dtype=self.manifest.token_dtype)
         spans: list[npt.NDArray[np.int32]] = [np.empty(0, np.int32)] * len(ids)
@@ -160,7 +172,7 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
                 spans[row], doc_ids[row] = one_spans, one_ids
         raw = RawBlock(tokens, spans, doc_ids, ids.astype(np.int64), sources.astype(np.int64))
         try:
-            return Block(raw)
+            return Block(raw, out)
         except BlockError as exc:
             source, index = int(sources[exc.position]), int(ids[exc.position])
             raise ValueError(f"{self._shards[source].where(index)}: {exc}") from exc
@@ -208,7 +220,33 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
             shards.fetch_latencies.clear()
         return out
 
+    def take_refetched_bytes(self) -> int:
+        """Bytes of cached shards fetched again in this process since the last call."""
+        total = sum(s.refetched_bytes for s in self._shards)
+        for shards in self._shards:
+            shards.refetched_bytes = 0
+        return total
+
+    def verification_table(self) -> VerifiedTable:
+        """A table in which this dataset's copies in worker processes share verified shards."""
+        return VerifiedTable([len(s.shards) for s in self._shards])
+
+    def share_verification(self, table: VerifiedTable) -> None:
+        for source, shards in enumerate(self._shards):
+            shards.verified = table.row(source)
+
+    def close(self) -> None:
+        """Unpin this dataset's cache entries (they may then be evicted) and unmap its shards."""
+        for pin in self._pins:
+            pin.close()
+        for shards in self._shards:
+            shards.close()
+
     # -- checkpointing --------------------------------------------------------------------
+    def tracker(self) -> SampleCounter:
+        """What `make_loader` uses to count the samples it hands over."""
+        return SampleCounter(self)
+
     def state_dict(self, consumed_samples: int | None = None) -> dict[str, Any]:
         """The global stream position as a plain dict (see `fm_loader.state.LoaderState`).
 
@@ -293,104 +331,15 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
         )
 
 
-def _location(resolved: ResolvedShardSet) -> tuple[str, str | None]:
-    """Where a shard set is published (its remote URI when served from the cache) and the S3
-    endpoint reaching it."""
-    if resolved.remote is not None:
-        return resolved.remote.uri, resolved.remote.s3_endpoint
-    return str(resolved.directory), None
+class SampleCounter:
+    """The samples a loader handed over: ranks advance in lockstep, so a count says it all."""
 
+    def __init__(self, dataset: FmDataset) -> None:
+        self.dataset = dataset
+        self.consumed = 0
 
-def _check_same_layout(resolved: Sequence[ResolvedShardSet]) -> None:
-    """Mixed sources must share tokenizer, seq_len and schema: samples are stacked together."""
-    first = resolved[0].manifest
-    for other in resolved[1:]:
-        m = other.manifest
-        for name in ("tokenizer_hash", "seq_len", "schema_fingerprint", "pad_token_id"):
-            if getattr(m, name) != getattr(first, name):
-                raise ValueError(
-                    f"mixture sources {resolved[0].source!r} and {other.source!r} differ in "
-                    f"{name} ({getattr(first, name)!r} vs {getattr(m, name)!r}); mix shard "
-                    "sets built with the same tokenizer and seq_len (pass seq_len= and "
-                    "tokenizer= to pick them)"
-                )
+    def add(self, batch: Batch) -> None:
+        self.consumed += len(batch["sample_index"])
 
-
-def make_dataset(
-    source: MixtureArg,
-    *,
-    rank: int | None = None,
-    world_size: int | None = None,
-    seed: int = 0,
-    epoch: int = 0,
-    seq_len: int | None = None,
-    tokenizer: str | None = None,
-    shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
-    batch_size: int = 1,
-    expected_tokenizer_hash: str | None = None,
-    expected_schema_fingerprint: str | None = None,
-    settings: CatalogLocation | None = None,
-    cache_dir: str | Path | None = None,
-    run_id: str | None = None,
-    allow_revoked: bool = False,
-    namespaces: Collection[str] | None = None,
-) -> FmDataset:
-    """Open a shard set, or a mixture of them, for training and check it before the first step.
-
-    `source`: a dataset version key ("web@v1", resolved through the `shard_sets` catalog table),
-    a shard-set directory / file:// / s3:// URI, or a mixture mapping such keys to weights
-    ({"web@v3": 0.7, "code@v1": 0.3}) or to `Epochs(k)`. `seq_len` and `tokenizer` (a
-    tokenizer.json path) choose among a version's shard sets and must match the one served.
-    `rank`/`world_size` default to torch.distributed, then RANK/WORLD_SIZE. With DataLoader
-    workers pass the DataLoader's `batch_size` here (or use `make_loader`): workers then take
-    whole batches in turn and the trainer receives the rank's stream in order.
-
-    Remote sets are downloaded once per node into `cache_dir` (default `~/.cache/fm_loader`), in
-    a directory named by their manifest's sha256. Raises ValueError, saying what to do, on an
-    unknown or ambiguous version, a tokenizer or schema mismatch, an unknown manifest format, a
-    remote set that fails its checksums, or sources that cannot be mixed.
-
-    A shard set the platform revoked (`fm revoke`) raises, naming the reason and its replacement,
-    unless `allow_revoked=True` (audits). `run_id` names the training run: rank 0 records it beside
-    each shard set, with the position consumed at every `state_dict()`, for `fm lineage run`.
-    `namespaces` (e.g. {"cloud"}): the data namespaces this job may read; a source holding any
-    other raises, naming it.
-    """
-    spec = MixtureSpec.parse(source)
-    rank, world_size = resolve_world(rank, world_size)
-    tokenizer_hash = tokenizer_file_hash(tokenizer) if tokenizer is not None else None
-    resolved = []
-    for key in spec.keys:
-        one = resolve_shard_set(
-            key,
-            seq_len=seq_len,
-            tokenizer_hash=tokenizer_hash or expected_tokenizer_hash,
-            settings=settings,
-            cache_dir=Path(cache_dir) if cache_dir is not None else None,
-        )
-        check_compatible(
-            one.manifest,
-            seq_len=seq_len,
-            tokenizer_hash=tokenizer_hash,
-            expected_tokenizer_hash=expected_tokenizer_hash,
-            expected_schema_fingerprint=expected_schema_fingerprint,
-        )
-        location, endpoint = _location(one)
-        if not allow_revoked:
-            refuse_revoked(key, one.manifest.shard_set_key, location, endpoint)
-        if namespaces is not None:
-            refuse_namespaces(key, location, namespaces, endpoint)
-        resolved.append(one)
-    dataset = FmDataset(
-        resolved,
-        spec,
-        rank=rank,
-        world_size=world_size,
-        seed=seed,
-        epoch=epoch,
-        shuffle_window=shuffle_window,
-        batch_size=batch_size,
-    )
-    if run_id is not None:
-        dataset.record_run(run_id)
-    return dataset
+    def state_dict(self) -> dict[str, Any]:
+        return self.dataset.state_dict(consumed_samples=self.consumed)

@@ -1,57 +1,46 @@
-"""`make_loader`: batches from an `FmDataset` through torch DataLoader workers, counted and timed.
+"""`make_loader`: batches of a dataset, built by worker processes, counted and timed.
 
     loader = make_loader(dataset, batch_size=8, num_workers=2)
     for batch in loader: ...
     checkpoint["data"] = loader.state_dict()     # exact, whatever num_workers is
     loader.load_state_dict(checkpoint["data"])   # any world size, any worker count
 
-Each DataLoader worker builds whole batches (the dataset's placement gives worker w every
-n-th batch of the rank), and torch hands batches to the trainer round-robin, so the trainer sees
-the rank's stream in order. The loader counts the samples it handed over: that count is what
-`state_dict` reports. A background thread keeps up to `prefetch_batches` batches ready; the
-time the trainer waits on it is the data stall that `metrics` reports.
+Each worker process builds whole batches (the dataset's placement gives worker w every n-th
+batch of the rank) and hands them over through shared memory (`fm_loader.workers`,
+`fm_loader.transport`: one reused buffer per batch slot, never a pickled array or a file
+descriptor per tensor); the trainer takes them round-robin, so it sees the rank's stream in
+order. Without workers a background thread builds them. Either way up to `prefetch_batches`
+batches are built ahead; the time the trainer waits for the next one is the data stall `metrics`
+reports. The loader counts the samples it handed over: that count is what `state_dict` reports.
 """
 
 from __future__ import annotations
 
+import multiprocessing.context
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-import torch.utils.data
+import torch
 
 from fm_loader.blocks import as_tensors
 from fm_loader.dataset import FmDataset
+from fm_loader.mapped import VerifiedTable
 from fm_loader.metrics import LoaderMetrics
+from fm_loader.online import OnlineDataset
+from fm_loader.transport import (
+    BatchSlots,
+    batch_fields,
+    pinned_memory_available,
+    start_method_context,
+)
+from fm_loader.workers import WorkerPool
 
 Batch = dict[str, Any]
+Served = FmDataset | OnlineDataset  # shard sets, or text tokenized in the loader
 _DONE = object()
-
-
-class _Batches(torch.utils.data.IterableDataset[Batch]):
-    """The dataset's batches as numpy arrays, built whole in the worker, with its fetch times.
-
-    numpy crosses the worker pipe pickled, in one message; torch tensors would each become a
-    shared-memory block passed by file descriptor, which measured 3x slower here.
-    """
-
-    def __init__(self, dataset: FmDataset) -> None:
-        super().__init__()
-        self.dataset = dataset
-
-    def __iter__(self) -> Iterator[Batch]:
-        info = torch.utils.data.get_worker_info()
-        worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
-        for batch in self.dataset.batch_stream(worker, num_workers, arrays=True):
-            batch["shard_fetch_s"] = self.dataset.take_fetch_latencies()
-            yield batch
-
-
-def _keep_as_is(batch: Any) -> Any:
-    """collate_fn for whole batches: leave numpy alone (torch would convert in the worker)."""
-    return batch
 
 
 class FmLoader:
@@ -59,13 +48,15 @@ class FmLoader:
 
     def __init__(
         self,
-        dataset: FmDataset,
+        dataset: Served,
         *,
         batch_size: int | None = None,
         num_workers: int = 0,
         prefetch_batches: int = 4,
         pin_memory: bool = False,
         log_every_s: float = 60.0,
+        multiprocessing_context: str | multiprocessing.context.BaseContext | None = None,
+        worker_init_fn: Callable[[int], None] | None = None,
     ) -> None:
         batch_size = _placement_batch_size(dataset, batch_size)
         if batch_size < 1 or num_workers < 0 or prefetch_batches < 1:
@@ -77,27 +68,61 @@ class FmLoader:
         self.dataset, self.batch_size = dataset, batch_size
         self.prefetch_batches = prefetch_batches
         self.metrics = LoaderMetrics(log_every_s=log_every_s)
-        self._consumed = 0
-        per_worker = max(1, prefetch_batches // max(1, num_workers))
-        self.num_workers, self.pin_memory = num_workers, pin_memory
-        self._torch = torch.utils.data.DataLoader(
-            _Batches(dataset),
-            batch_size=None,
-            collate_fn=_keep_as_is,
-            num_workers=num_workers,
-            prefetch_factor=per_worker if num_workers else None,
-        )
+        for use in dataset.cache_uses:  # what opening the cached sets cost
+            self.metrics.record_cache(use.warm_bytes, use.fetched_bytes, use.warmup_s)
+        self._tracker = dataset.tracker()
+        self.num_workers = num_workers
+        self.pin_memory = pinned_memory_available(pin_memory)
+        self.worker_init_fn = worker_init_fn
+        self._context = start_method_context(multiprocessing_context) if num_workers else None
+        # Per worker: its share of `prefetch_batches` built ahead, and the batches the trainer
+        # may hold without a copy (the one it works on and the one before it).
+        self._ahead = max(1, prefetch_batches // max(1, num_workers))
+        self._lend = 2
+        self._verified: VerifiedTable | None = None  # shards hashed by any of its workers
 
     def __len__(self) -> int:
         """Batches left in the epoch for this rank."""
         return -(-len(self.dataset) // self.batch_size)
 
     def __iter__(self) -> Iterator[Batch]:
+        if self.num_workers:
+            return self._from_workers()
+        return self._in_process()
+
+    def _from_workers(self) -> Iterator[Batch]:
+        if self._context is None:
+            raise RuntimeError("worker context missing")
+        # Fresh slots each epoch: workers of an abandoned epoch may still hold old ones.
+        slots = BatchSlots(
+            batch_fields(
+                self.batch_size,
+                self.dataset.seq_len,
+                getattr(self.dataset, "extra_columns", ()),
+            ),
+            self.num_workers,
+            self._ahead,
+            self._context,
+            lend=self._lend,
+            tail_bytes=max(64 << 10, self.batch_size * (2 << 10)),
+        )
+        if self._verified is None:  # kept across epochs: a shard is hashed once per loader
+            self._verified = self.dataset.verification_table()
+            self.dataset.share_verification(self._verified)
+        pool = WorkerPool(self.dataset, slots, self.num_workers, self._context, self.worker_init_fn)
+        try:
+            for batch in pool.batches(self.pin_memory, self.metrics.record_wait):
+                yield self._hand_over(batch)
+        finally:
+            pool.close()
+
+    def _in_process(self) -> Iterator[Batch]:
+        """Without workers a prefetch thread builds the batches: the trainer's thread only waits."""
         ready: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch_batches)
         stop = threading.Event()
-        # Without workers, the prefetch thread builds batches itself: no DataLoader in between.
-        source = iter(self._torch) if self.num_workers else iter(_Batches(self.dataset))
-        producer = threading.Thread(target=_produce, args=(source, ready, stop), daemon=True)
+        producer = threading.Thread(
+            target=_produce, args=(self.dataset, self.pin_memory, ready, stop), daemon=True
+        )
         producer.start()
         try:
             while True:
@@ -109,36 +134,47 @@ class FmLoader:
                     return
                 if isinstance(item, BaseException):
                     raise item
-                fetches = item.pop("shard_fetch_s")
-                item = as_tensors(item)
-                if self.pin_memory:
-                    item = {k: v.pin_memory() if torch.is_tensor(v) else v for k, v in item.items()}
-                self.metrics.record_batch(
-                    len(item["sample_index"]), int(item["num_tokens"].sum()), fetches
-                )
-                self._consumed += len(item["sample_index"])
-                yield item
+                yield self._hand_over(item)
         finally:
             stop.set()
             producer.join(timeout=30)
 
+    def _hand_over(self, batch: Batch) -> Batch:
+        """Count a batch as consumed as it is handed to the trainer (what state_dict reports)."""
+        fetches = batch.pop("shard_fetch_s")
+        self.metrics.record_refetch(batch.pop("shard_refetch_bytes"))
+        samples = len(batch["sample_index"])
+        tokens = batch.pop("real_tokens", None)
+        if tokens is None:
+            tokens = int(batch["num_tokens"].sum())
+        self.metrics.record_batch(samples, tokens, fetches)
+        self._tracker.add(batch)
+        return batch
+
     def state_dict(self) -> dict[str, Any]:
         """The dataset's state at exactly the samples this loader handed to the trainer."""
-        return self.dataset.state_dict(consumed_samples=self._consumed)
+        return self._tracker.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.dataset.load_state_dict(state)
-        self._consumed = 0
+        self._tracker = self.dataset.tracker()
 
     def set_epoch(self, epoch: int) -> None:
         self.dataset.set_epoch(epoch)
-        self._consumed = 0
+        self._tracker = self.dataset.tracker()
 
 
-def _produce(batches: Iterator[Batch], ready: queue.Queue[Any], stop: threading.Event) -> None:
-    """Move batches from the DataLoader into `ready` until it ends, fails, or we are stopped."""
+def _produce(
+    dataset: Served, pin_memory: bool, ready: queue.Queue[Any], stop: threading.Event
+) -> None:
+    """Build the rank's batches into `ready` until the epoch ends, fails, or we are stopped."""
     try:
-        for batch in batches:
+        for arrays in dataset.batch_stream(0, 1, arrays=True):
+            arrays["shard_fetch_s"] = dataset.take_fetch_latencies()
+            arrays["shard_refetch_bytes"] = dataset.take_refetched_bytes()
+            batch = as_tensors(arrays)
+            if pin_memory:
+                batch = {k: v.pin_memory() if torch.is_tensor(v) else v for k, v in batch.items()}
             while not stop.is_set():
                 try:
                     ready.put(batch, timeout=0.1)
@@ -158,7 +194,7 @@ def _produce(batches: Iterator[Batch], ready: queue.Queue[Any], stop: threading.
             continue
 
 
-def _placement_batch_size(dataset: FmDataset, batch_size: int | None) -> int:
+def _placement_batch_size(dataset: Served, batch_size: int | None) -> int:
     """The batch size that places samples on workers: the dataset's, or the loader's when the
     dataset was left at 1. Two different explicit sizes would change which worker serves which
     sample (and so what a checkpoint means) without anyone asking: refused."""
@@ -174,18 +210,23 @@ def _placement_batch_size(dataset: FmDataset, batch_size: int | None) -> int:
 
 
 def make_loader(
-    dataset: FmDataset,
+    dataset: Served,
     *,
     batch_size: int | None = None,
     num_workers: int = 0,
     prefetch_batches: int = 4,
     pin_memory: bool = False,
     log_every_s: float = 60.0,
+    multiprocessing_context: str | multiprocessing.context.BaseContext | None = None,
+    worker_init_fn: Callable[[int], None] | None = None,
 ) -> FmLoader:
     """Batches of `dataset` for one trainer process; see `FmLoader`.
 
     `batch_size` defaults to the dataset's; given, it becomes the dataset's (which decides the
     placement of samples on workers) unless the dataset already has a different one (refused).
+    `pin_memory=True` hands batches over in page-locked memory (for `.to(device,
+    non_blocking=True)`). `multiprocessing_context` ("fork", "spawn", "forkserver" or a context)
+    starts the workers; a spawned worker imports only the loader (torch, numpy, fm_loader).
     """
     return FmLoader(
         dataset,
@@ -194,4 +235,6 @@ def make_loader(
         prefetch_batches=prefetch_batches,
         pin_memory=pin_memory,
         log_every_s=log_every_s,
+        multiprocessing_context=multiprocessing_context,
+        worker_init_fn=worker_init_fn,
     )

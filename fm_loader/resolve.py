@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fm_loader.cache import RemoteShards, cached_shard_set, is_remote, remote_manifest_sha256
+from fm_loader.cache import EntryPin, is_remote, open_cached
+from fm_loader.fetch import CacheUse, RemoteShards, remote_manifest_sha256
 from fm_loader.manifest import (
     ShardSetManifest,
     local_directory,
@@ -25,6 +27,7 @@ from fm_loader.remote import iceberg_s3_properties
 from fm_loader.settings import CatalogLocation, load_loader_settings
 
 VERSION_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*@v[0-9]+")
+SHARD_SET_KEY = re.compile(r"(?P<version>[A-Za-z0-9][A-Za-z0-9_.\-]*@v[0-9]+)/[0-9a-f]{12}-s[0-9]+")
 BUILD_HINT = "build it with `fm shards build {version} --tokenizer PATH --seq-len N`"
 
 
@@ -37,6 +40,17 @@ class ResolvedShardSet:
     manifest: ShardSetManifest
     manifest_sha256: str
     remote: RemoteShards | None = None  # where `directory` was downloaded from, if cached
+    pin: EntryPin | None = None  # holds the cache entry open (no eviction) while in use
+    cache_use: CacheUse | None = None  # what opening the cached copy cost
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where one registered (or named) set is published, and the manifest hash pinning it."""
+
+    shard_set_key: str
+    uri: str
+    manifest_sha256: str
 
 
 def tokenizer_file_hash(path: str | Path) -> str:
@@ -58,16 +72,18 @@ def resolve_shard_set(
     `~/.cache/fm_loader`), reaching the store at `settings.s3_endpoint`.
     """
     remote = None
+    cached = None
     if VERSION_KEY.fullmatch(source):
         settings = settings or load_loader_settings()
-        row = _select_row(source, _catalog_rows(source, settings), seq_len, tokenizer_hash)
+        row = _select_row(source, catalog_rows(source, settings), seq_len, tokenizer_hash)
         if is_remote(row["uri"]):
-            directory = cached_shard_set(
+            cached = open_cached(
                 row["uri"],
                 row["manifest_sha256"],
                 cache_dir=cache_dir,
                 s3_endpoint=settings.s3_endpoint,
             )
+            directory = cached.directory
             remote = RemoteShards(row["uri"], directory, settings.s3_endpoint)
         else:
             directory = local_directory(row["uri"])
@@ -91,9 +107,10 @@ def resolve_shard_set(
             # entry is keyed by that hash, so a later rebuild can never be mixed with this copy.
             settings = settings or load_loader_settings()
             digest = remote_manifest_sha256(source, settings.s3_endpoint)
-            directory = cached_shard_set(
+            cached = open_cached(
                 source, digest, cache_dir=cache_dir, s3_endpoint=settings.s3_endpoint
             )
+            directory = cached.directory
             remote = RemoteShards(source, directory, settings.s3_endpoint)
         else:
             directory = local_directory(source)
@@ -105,11 +122,61 @@ def resolve_shard_set(
         manifest=manifest,
         manifest_sha256=hashlib.sha256(data).hexdigest(),
         remote=remote,
+        pin=cached.pin if cached is not None else None,
+        cache_use=cached.use if cached is not None else None,
     )
 
 
-def _catalog_rows(version_key: str, settings: CatalogLocation) -> list[dict[str, Any]]:
-    """Rows of `shard_sets` for one version, read-only; [] when catalog or table is absent."""
+def shard_set_locations(
+    source: str,
+    *,
+    seq_len: int | None = None,
+    tokenizer_hash: str | None = None,
+    settings: CatalogLocation | None = None,
+) -> list[Location]:
+    """Every shard set `source` names: a version key (each of its latest shard sets matching
+    seq_len / tokenizer), a shard-set key (`web@v3/<tokenizer[:12]>-s<seq_len>`) or a URI."""
+    match = SHARD_SET_KEY.fullmatch(source)
+    if match or VERSION_KEY.fullmatch(source):
+        version = match["version"] if match else source
+        settings = settings or load_loader_settings()
+        rows = catalog_rows(version, settings)
+        if not rows:
+            raise ValueError(
+                f"unknown dataset version {version}: no shard set is registered for it; "
+                + BUILD_HINT.format(version=version)
+            )
+        latest: dict[str, dict[str, Any]] = {}
+        for row in sorted(rows, key=lambda r: r["created_at"]):
+            latest[row["shard_set_key"]] = row
+        chosen = [
+            row
+            for row in latest.values()
+            if (not match or row["shard_set_key"] == source)
+            and (seq_len is None or row["seq_len"] == seq_len)
+            and (tokenizer_hash is None or row["tokenizer_hash"] == tokenizer_hash)
+        ]
+        if not chosen:
+            available = "; ".join(_describe(r) for r in sorted(latest.values(), key=_describe))
+            raise ValueError(f"no shard set {source} matches; available: {available}")
+        return [
+            Location(r["shard_set_key"], r["uri"], r["manifest_sha256"])
+            for r in sorted(chosen, key=lambda r: str(r["shard_set_key"]))
+        ]
+    if is_remote(source):
+        settings = settings or load_loader_settings()
+        digest = remote_manifest_sha256(source, settings.s3_endpoint)
+        return [Location(source, source, digest)]
+    data = read_manifest_bytes(local_directory(source))
+    key = ShardSetManifest.from_json(data.decode("utf-8")).shard_set_key
+    return [Location(key, source, hashlib.sha256(data).hexdigest())]
+
+
+def catalog_rows(
+    version_key: str, settings: CatalogLocation, table_name: str = "shard_sets"
+) -> list[dict[str, Any]]:
+    """Rows of `shard_sets` (or `text_sets`) for one version, read-only; [] when the catalog or
+    the table is absent."""
     sqlite_path = settings.catalog_uri.removeprefix("sqlite:///")
     if sqlite_path != settings.catalog_uri and not Path(sqlite_path).exists():
         # SqlCatalog would create an empty database file: a loader must not write.
@@ -128,7 +195,7 @@ def _catalog_rows(version_key: str, settings: CatalogLocation) -> list[dict[str,
         properties |= iceberg_s3_properties(settings.s3_endpoint)
     catalog = SqlCatalog(settings.catalog_name, **properties)
     try:
-        table = catalog.load_table(f"{settings.namespace}.shard_sets")
+        table = catalog.load_table(f"{settings.namespace}.{table_name}")
     except (NoSuchTableError, NoSuchNamespaceError):
         return []
     # mypy reads EqualTo's pydantic fields, not its positional __init__.
@@ -221,3 +288,26 @@ def check_compatible(
             f"seq_len={manifest.seq_len}, or build one: `fm shards build "
             f"{manifest.source_version} --tokenizer PATH --seq-len {seq_len}`"
         )
+
+
+def location_of(resolved: ResolvedShardSet) -> tuple[str, str | None]:
+    """Where a shard set is published (its remote URI when served from the cache) and the S3
+    endpoint reaching it."""
+    if resolved.remote is not None:
+        return resolved.remote.uri, resolved.remote.s3_endpoint
+    return str(resolved.directory), None
+
+
+def check_same_layout(resolved: Sequence[ResolvedShardSet]) -> None:
+    """Mixed sources must share tokenizer, seq_len and schema: samples are stacked together."""
+    first = resolved[0].manifest
+    for other in resolved[1:]:
+        m = other.manifest
+        for name in ("tokenizer_hash", "seq_len", "schema_fingerprint", "pad_token_id"):
+            if getattr(m, name) != getattr(first, name):
+                raise ValueError(
+                    f"mixture sources {resolved[0].source!r} and {other.source!r} differ in "
+                    f"{name} ({getattr(first, name)!r} vs {getattr(m, name)!r}); mix shard "
+                    "sets built with the same tokenizer and seq_len (pass seq_len= and "
+                    "tokenizer= to pick them)"
+                )

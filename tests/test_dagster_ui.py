@@ -114,6 +114,8 @@ def test_ui_serves_the_graph_and_its_sensor_processes_a_batch(dagster_ui: tuple[
         *pipeline.STAGE_NAMES,
         "dataset_version",
         "shard_set",
+        "shard_set_cache",
+        "text_set",
         "quality_classifier_registry",
         "contamination_registry",
         "contamination_scan",

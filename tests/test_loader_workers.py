@@ -156,7 +156,9 @@ def test_two_trainers_on_one_host_leave_nothing_behind(web: Built, tmp_path: Pat
     assert a == b != c
     # ...and a rerun on this host is identical again.
     assert run_trainers(str(web.directory), cache, [5]) == [a]
-    assert set(os.listdir("/dev/shm")) - shm_before == set()
+    # Other tenants of a shared host (a Postgres of another job) come and go in /dev/shm too.
+    new = {n for n in set(os.listdir("/dev/shm")) - shm_before if not n.startswith("PostgreSQL.")}
+    assert new == set()
     leftovers = [
         p for p in tmp_path.rglob("*") if p.suffix in (".lock", ".tmp") or "tmp-" in p.name
     ]

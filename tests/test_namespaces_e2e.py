@@ -93,6 +93,14 @@ def test_a_trainer_reads_only_its_namespaces(landed: Landed) -> None:
         "device@v1", rank=0, world_size=1, settings=s, namespaces={"cloud", "on-device"}
     )
     assert len(allowed) > 0
+    # The version's text, tokenized in the loader, is refused the same way.
+    from fm_assets.shards.text_export import export_text_set
+
+    export_text_set(s, device.version_key)
+    online = {"settings": s, "tokenizer": str(NEOX_TOKENIZER), "seq_len": 64}
+    with pytest.raises(ValueError, match=r"holds data from namespaces \['on-device'\]"):
+        make_dataset("device@v1", tokenize_online=True, namespaces={"cloud"}, **online)
+    make_dataset("device@v1", tokenize_online=True, namespaces={"on-device"}, **online)
 
 
 def test_the_namespace_policy_comes_from_the_policy_file(tmp_path: Path) -> None:

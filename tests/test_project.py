@@ -28,6 +28,8 @@ def test_definitions_hold_the_whole_graph() -> None:
         *pipeline.STAGE_NAMES,
         "dataset_version",
         "shard_set",
+        "shard_set_cache",
+        "text_set",
         "quality_classifier_registry",
         "contamination_registry",
         "contamination_scan",
@@ -39,6 +41,9 @@ def test_definitions_hold_the_whole_graph() -> None:
         assert graph.get(dg.AssetKey(stage)).parent_keys == {dg.AssetKey(upstream)}
         upstream = stage
     assert dg.AssetKey(upstream) in graph.get(dg.AssetKey("dataset_version")).parent_keys
+    # A run's launch can depend on its shard sets being warm in the node's cache.
+    assert graph.get(dg.AssetKey("shard_set_cache")).parent_keys == {dg.AssetKey("shard_set")}
+    assert graph.get(dg.AssetKey("text_set")).parent_keys == {dg.AssetKey("dataset_version")}
     checks = {c.to_user_string() for c in graph.asset_check_keys}
     assert "tokenized_documents:token_counts_consistent" in checks
     assert "shard_set:shard_checksums_valid" in checks

@@ -316,7 +316,13 @@ def test_upload_publishes_the_manifest_last_and_bad_sets_are_refused(
     source = fm_loader.make_dataset(
         platform.version_key, settings=settings, cache_dir=platform.cache_dir
     )
-    local = platform.cache_dir / platform.row["manifest_sha256"]
+    # The set's own files, as the cache holds them (without the cache's note of their origin).
+    entry = platform.cache_dir / platform.row["manifest_sha256"]
+    local = tmp_path / "set"
+    local.mkdir()
+    for path in entry.iterdir():
+        if path.name != "fm_cache_entry.json":
+            (local / path.name).write_bytes(path.read_bytes())
     store = open_object_store(settings)
     uploads: list[str] = []
     upload = ObjectStore.upload_file
@@ -359,3 +365,91 @@ def test_upload_publishes_the_manifest_last_and_bad_sets_are_refused(
     with published_copy(store.uri("copies/web-v1"), source.manifest, settings.s3_endpoint) as copy:
         outcome = shard_checksums_valid(copy, source.manifest)
     assert not outcome.passed and victim in outcome.description
+
+
+def test_fm_cache_prewarm_then_an_epoch_without_the_stores_shards(
+    platform: S3Platform, tmp_path: Path
+) -> None:
+    """`fm cache prewarm VERSION` materializes the shard set's `shard_set_cache` partition; the
+    trainer then reads a whole epoch with every shard file gone from the bucket."""
+    import dagster as dg
+    from click.testing import CliRunner
+
+    import fm_loader
+    from fm_assets.commands.cli import main
+    from fm_assets.defs.materialize import dagster_instance
+
+    cache = tmp_path / "node-cache"
+    result = CliRunner().invoke(
+        main, ["cache", "prewarm", platform.version_key, "--cache-dir", str(cache)]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().splitlines()[-1] == platform.shard_set_key
+    event = dagster_instance(platform.settings).get_latest_materialization_event(
+        dg.AssetKey("shard_set_cache")
+    )
+    assert event is not None and event.asset_materialization is not None
+    metadata = {k: v.value for k, v in event.asset_materialization.metadata.items()}
+    assert metadata["shard_set_key"] == platform.shard_set_key
+    assert metadata["hit_rate"] == 0.0 and metadata["warmup_s"] > 0
+    assert metadata["bytes_fetched"] == metadata["bytes_total"] > 0
+
+    prefix = platform.row["uri"].removeprefix(f"s3://{platform.s3.bucket}/")
+    fs, bucket = platform.s3.filesystem(), platform.s3.bucket
+    entry = cache / platform.row["manifest_sha256"]
+    shards = [k for k in platform.keys(prefix) if k.rsplit("/", 1)[-1].startswith("shard.")]
+    assert shards
+    for key in shards:
+        fs.delete_file(f"{bucket}/{key}")
+    try:
+        dataset = fm_loader.make_dataset(
+            platform.version_key, settings=platform.settings, cache_dir=cache
+        )
+        loader = fm_loader.make_loader(dataset, batch_size=4, num_workers=2)
+        served = sum(len(batch["sample_index"]) for batch in loader)
+        assert served == platform.row["num_samples"]
+        assert loader.metrics.snapshot()["cache_hit_rate"] == 1.0
+        dataset.close()
+    finally:  # later tests read the published set
+        for key in shards:
+            with fs.open_output_stream(f"{bucket}/{key}", compression=None) as out:
+                out.write((entry / key.rsplit("/", 1)[-1]).read_bytes())
+
+
+def test_fm_text_export_then_the_loader_tokenizes_every_document_once(
+    platform: S3Platform, tmp_path: Path
+) -> None:
+    """The version's curated text, exported to the bucket and read through the node cache with
+    the tokenizer given at load time, gives exactly the tokens the platform's tokenize stage
+    stored for each document of the version."""
+    from collections import Counter
+
+    from click.testing import CliRunner
+
+    import fm_loader
+    from fm_assets.commands.cli import main
+    from fm_assets.versions.dataset_version import require_version, version_documents
+
+    result = CliRunner().invoke(main, ["text", "export", platform.version_key])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().splitlines()[-1] == platform.version_key
+    prefix = f"{OBJECTS}/texts/web/v1"
+    assert f"{prefix}/fm_text_manifest.json" in platform.keys(prefix)
+    dataset = fm_loader.make_dataset(
+        platform.version_key,
+        settings=platform.settings,
+        cache_dir=tmp_path / "cache",
+        tokenizer=str(NEOX_TOKENIZER),
+        seq_len=256,
+        tokenize_online=True,
+    )
+    served: dict[str, Counter[int]] = {}
+    for sample in dataset:
+        cu, ids = sample["cu_seqlens"].tolist(), sample["input_ids"].tolist()
+        for doc, start, end in zip(sample["doc_ids"], cu[:-1], cu[1:], strict=False):
+            served.setdefault(doc, Counter()).update(ids[start:end])
+    version = require_version(platform.settings, platform.version_key)
+    stored = version_documents(
+        platform.settings, version, "tokenized_documents", ("doc_id", "tokens")
+    ).to_pylist()
+    assert served == {row["doc_id"]: Counter(row["tokens"]) for row in stored}

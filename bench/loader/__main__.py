@@ -24,6 +24,12 @@ Figures, each measured side by side and interleaved in this one run (medians, mi
    and what moving batches out of workers costs on its own.
 4. /dev/shm entries (and /tmp lock files) left by ours and by upstream, each in child processes
    that exit normally or are SIGKILLed, and by upstream in this long-lived process.
+5. make_loader at num_workers 0/1/2 against upstream StreamingDataset in a DataLoader with the
+   same workers, all-in (our first-use sha256 counted), and our shared-memory hand-over alone.
+6. the node cache on a SeaweedFS S3 server: cold against warm first epoch, pre-warm MB/s
+   against a raw copy of the same files.
+7. tokenizing in the loader against pre-tokenized shards of the same documents: samples/s,
+   tokens/s and CPU per token, beside the tokenizer library's own rate.
 Then where our time goes: block size and torch thread diagnostics, and cProfile of our paths.
 Nothing here asserts a speed.
 """
@@ -35,7 +41,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.harness import RESULTS, RunStart, log, parser, rerun_command, write_report
-from bench.loader import diagnostics, feed, resume, shm, throughput
+from bench.loader import cache, diagnostics, feed, online, resume, shm, throughput, workers
 from bench.loader.plan import FULL, QUICK
 from bench.loader.sets import (
     RESUME_A,
@@ -82,6 +88,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     log("4. /dev/shm")
     parent_shm = shm.in_this_process(locks_at_start)
     children_shm = shm.side_by_side()
+    log("5. workers, ours and upstream")
+    worker_runs, slot_transfers = workers.measure(plan)
+    log("6. node cache on S3")
+    epochs, copies = cache.measure(plan)
+    log("7. tokenizing in the loader")
+    online_runs, limits, texts, pretokenized = online.measure(plan)
     log("diagnostics and profiles")
     diag, profiles = diagnostics.measure(plan)
 
@@ -118,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         *resume.section(resumed, plan),
         *feed.section(runs, transfers, pickled),
         *shm.section(parent_shm, children_shm),
+        *workers.section(worker_runs, slot_transfers, plan),
+        *cache.section(epochs, copies),
+        *online.section(online_runs, limits, texts, pretokenized),
         *diagnostics.section(profiles, diag, transfers, runs),
         "## Rerun",
         "",

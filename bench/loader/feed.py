@@ -206,12 +206,13 @@ def section(
         )
     lines += [
         "",
-        "Fork works (the rows above use it). For spawn/forkserver the dataset must pickle: it "
-        f"does, {pickled['bytes'] / 1e3:.0f} kB in {pickled['seconds'] * 1e3:.0f} ms (memory "
-        "maps are dropped; a worker re-maps and re-checks its shards), and the copy serves the "
-        f"same first sample ({pickled['same_first']}). A spawned worker would also pay "
-        "`import streaming` (10–25 s here) before its first batch, and `make_loader` takes no "
-        "`multiprocessing_context`, so spawn would need the global start method.",
+        "These are torch DataLoader's two ways; `make_loader`'s own workers use neither "
+        "(section 5: one reused shared-memory buffer per batch slot). "
+        "For spawn/forkserver (`make_loader(multiprocessing_context=...)`) the dataset must "
+        f"pickle: it does, {pickled['bytes'] / 1e3:.0f} kB in {pickled['seconds'] * 1e3:.0f} ms "
+        "(memory maps are dropped; a worker re-maps and re-checks its shards, and never "
+        "imports mosaicml-streaming), and the copy serves the same first sample "
+        f"({pickled['same_first']}).",
         "",
     ]
     return lines

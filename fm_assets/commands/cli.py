@@ -18,9 +18,11 @@ from typing import Any
 import click
 
 from fm_assets.commands.approval import approve
+from fm_assets.commands.cache import cache, text
 from fm_assets.commands.classifier import classifier
 from fm_assets.commands.dev import dev
 from fm_assets.commands.lineage import lineage, revoke
+from fm_assets.commands.probe import loader
 from fm_assets.settings import Settings, load_settings
 
 
@@ -356,6 +358,9 @@ main.add_command(dev)
 main.add_command(lineage)
 main.add_command(revoke)
 main.add_command(approve)
+main.add_command(cache)
+main.add_command(loader)
+main.add_command(text)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Dagster objects only, one module per layer: landing, curated, versions, shards, registry."""
+"""Dagster objects only, one module per layer: landing, curated, versions, shards, cache,
+registry."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import functools
 import dagster as dg
 
 from fm_assets.defs.approval import build_approved_batch_sensor, decide_quarantined_batch
+from fm_assets.defs.cache import shard_set_cache
 from fm_assets.defs.curated import build_curated_assets
 from fm_assets.defs.jobs import process_landing_batch
 from fm_assets.defs.landing import build_landing_sensor, landing_batch
@@ -19,6 +21,7 @@ from fm_assets.defs.registry import (
 )
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.defs.shards import shard_set
+from fm_assets.defs.texts import text_set
 from fm_assets.defs.versions import dataset_version
 
 
@@ -31,6 +34,8 @@ def build_definitions() -> dg.Definitions:
             *build_curated_assets(),
             dataset_version,
             shard_set,
+            shard_set_cache,
+            text_set,
             quality_classifier_registry,
             contamination_registry,
             contamination_scan,

@@ -300,16 +300,19 @@ def _write_and_publish(
     return manifest
 
 
-def upload_shard_set(store: ObjectStore, local: Path, prefix: str) -> None:
-    """Upload a complete local shard set to `prefix`: every file, then `fm_manifest.json`.
+def upload_shard_set(
+    store: ObjectStore, local: Path, prefix: str, manifest_name: str = MANIFEST_NAME
+) -> None:
+    """Upload a complete local set to `prefix`: every file, then its manifest (`fm_manifest.json`
+    of a shard set, `fm_text_manifest.json` of a text set).
 
     The manifest goes up only after every other object is confirmed at its full size, so its
     presence in the store means the set is complete (S3 has no directory rename).
     """
-    manifest_file = local / MANIFEST_NAME
+    manifest_file = local / manifest_name
     if not manifest_file.is_file():
-        raise ValueError(f"{local} holds no {MANIFEST_NAME}: refusing to upload a partial set")
-    files = sorted(p for p in local.iterdir() if p.is_file() and p.name != MANIFEST_NAME)
+        raise ValueError(f"{local} holds no {manifest_name}: refusing to upload a partial set")
+    files = sorted(p for p in local.iterdir() if p.is_file() and p.name != manifest_name)
     with ThreadPoolExecutor(max_workers=UPLOAD_THREADS) as pool:
         # list(): re-raise the first failed upload here, before anything is published.
         list(pool.map(lambda p: store.upload_file(p, f"{prefix}/{p.name}"), files))
@@ -320,4 +323,4 @@ def upload_shard_set(store: ObjectStore, local: Path, prefix: str) -> None:
                 f"upload of {path.name} to {store.uri(prefix)} left {size} bytes, expected "
                 f"{path.stat().st_size}; the set stays unpublished: rerun `fm shards build`"
             )
-    store.upload_file(manifest_file, f"{prefix}/{MANIFEST_NAME}")
+    store.upload_file(manifest_file, f"{prefix}/{manifest_name}")

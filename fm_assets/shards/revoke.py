@@ -1,8 +1,9 @@
 """`fm revoke`: record a revocation, replace every affected version and shard set, mark the old.
 
 Order matters for a crash: the revocation row first (so it is never lost), then replacement
-versions and shard sets, and last the `fm_revoked.json` marker on each old set, which names its
-replacement; a loader refuses a marked set. The shard-set outcomes go to `shard_set_revocations`.
+versions and shard sets, and last the `fm_revoked.json` marker on each old set (and on the old
+version's text set), which names its replacement; a loader refuses a marked set. The shard-set
+outcomes go to `shard_set_revocations`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fm_assets.execution.compute import Progress
 from fm_assets.settings import Settings
 from fm_assets.shards.build import read_shard_set_row, shard_set_key
 from fm_assets.shards.revision import rebuild_without
+from fm_assets.shards.text_export import latest_text_set
 from fm_assets.storage import catalog
 from fm_assets.storage.revocations import RevocationRecord, record_revocation
 from fm_assets.storage.tables import TableSpec, declare
@@ -131,6 +133,7 @@ def revoke(
                     "revoked_at": now,
                 }
             )
+        _mark_text_set(settings, outcome, revocation, reason)
     if report.shard_sets:
         catalog.append_rows(
             settings, "shard_set_revocations", pa.Table.from_pylist(report.shard_sets)
@@ -146,6 +149,25 @@ def _replacement_to_build(settings: Settings, outcome: VersionRevocation) -> Dat
         first = replacement_of(settings, outcome.version_key)
         key = str(first["replacement"]) if first and first["replacement"] else None
     return require_version(settings, key) if key else None
+
+
+def _mark_text_set(
+    settings: Settings, outcome: VersionRevocation, revocation: RevocationRecord, reason: str
+) -> None:
+    """The version's exported text (if any) is refused by loaders too; its replacement is the
+    replacement version, whose text is exported with `fm text export`."""
+    row = latest_text_set(settings, outcome.version_key)
+    if row is None or not (outcome.replacement is not None or _unmarked(settings, row)):
+        return
+    marker = Revocation(
+        format_version=PROVENANCE_FORMAT_VERSION,
+        revocation_id=revocation.revocation_id,
+        reason=reason,
+        revoked_by=revocation.revoked_by,
+        revoked_at=revocation.revoked_at.isoformat(timespec="seconds"),
+        replacement=outcome.replacement,
+    )
+    write_revocation(str(row["uri"]), marker, settings.s3_endpoint)
 
 
 def _unmarked(settings: Settings, row: dict[str, Any]) -> bool:

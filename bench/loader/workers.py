@@ -1,0 +1,213 @@
+"""5. Worker processes: ours (`make_loader`, shared-memory slots) at num_workers 0/1/2 against
+upstream StreamingDataset in a torch DataLoader with the same workers, all-in (opening the set,
+starting the workers and our first-use sha256 of every shard each worker maps are counted), and
+what moving a batch out of two workers costs on its own through our slots."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from bench.harness import interleave, median, median_and_range, met, tree_cpu_seconds
+from bench.loader.plan import Plan
+from bench.loader.readers import BATCH, SEED, UPSTREAM_SEED, batch_len
+from bench.loader.sets import THROUGHPUT
+from bench.loader.upstream import close_upstream
+from fm_loader import make_dataset, make_loader
+from fm_loader.transport import BatchSlots, batch_fields
+from fm_loader.workers import WorkerPool
+
+WORKERS = (0, 1, 2)
+
+
+@dataclass(frozen=True)
+class Run:
+    samples: int
+    all_in_s: float  # from opening the set to the last batch
+    first_s: float  # from opening the set to the first batch
+    cpu_s: float  # CPU seconds of the whole process tree (workers included)
+
+    @property
+    def steady_s(self) -> float:
+        return self.all_in_s - self.first_s
+
+
+def _timed(open_and_iterate: Callable[[], Iterator[Any]], samples: int) -> Run:
+    cpu = tree_cpu_seconds()
+    started = time.perf_counter()
+    batches = open_and_iterate()
+    got = batch_len(next(batches))
+    first = time.perf_counter() - started
+    for batch in batches:
+        got += batch_len(batch)
+        if got >= samples:
+            break
+    elapsed = time.perf_counter() - started
+    cpu_s = tree_cpu_seconds() - cpu  # before the workers are stopped: they are still children
+    close = getattr(batches, "close", None)
+    if close is not None:
+        close()
+    return Run(got, elapsed, first, cpu_s)
+
+
+def ours(workers: int, samples: int) -> Run:
+    def run() -> Iterator[Any]:
+        dataset = make_dataset(str(THROUGHPUT.directory), rank=0, world_size=1, seed=SEED)
+        return iter(make_loader(dataset, batch_size=BATCH, num_workers=workers))
+
+    return _timed(run, samples)
+
+
+def stack_ids(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """The least a trainer does with upstream's samples: input_ids stacked into one tensor, the
+    other columns kept as lists."""
+    return {
+        "input_ids": torch.from_numpy(np.stack([s["input_ids"] for s in samples])),
+        "doc_ids": [s["doc_ids"] for s in samples],
+        "doc_spans": [s["doc_spans"] for s in samples],
+        "sample_index": [0] * len(samples),
+    }
+
+
+def upstream(workers: int, samples: int) -> Run:
+    from streaming import StreamingDataset
+
+    handle: list[Any] = []
+
+    def run() -> Iterator[Any]:
+        dataset = StreamingDataset(
+            local=str(THROUGHPUT.directory),
+            shuffle=True,
+            batch_size=BATCH,
+            shuffle_seed=UPSTREAM_SEED,
+        )
+        handle.append(dataset)
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_size=BATCH, num_workers=workers, collate_fn=stack_ids
+        )
+        return iter(loader)
+
+    result = _timed(run, samples)
+    close_upstream(handle.pop())
+    return result
+
+
+class PrebuiltBatches:
+    """A stand-in dataset for `WorkerPool`: each batch a fresh copy of one real batch, written
+    into the worker's slot as a dataset would build it there (no reading, no building)."""
+
+    def __init__(self, template: dict[str, Any], count: int) -> None:
+        self.template, self.count = template, count
+
+    def batch_stream(
+        self, worker: int, num_workers: int, *, arrays: bool, out: Any = None
+    ) -> Iterator[dict[str, Any]]:
+        rows = len(self.template["sample_index"])
+        for _ in range(self.count // num_workers):
+            batch = dict(self.template)
+            if out is not None:
+                views = out(rows)
+                for name, view in views.items():
+                    np.copyto(view, self.template[name])
+                    batch[name] = view
+            yield batch
+
+    def take_fetch_latencies(self) -> list[float]:
+        return []
+
+    def take_refetched_bytes(self) -> int:
+        return 0
+
+
+def slots_transfer(template: dict[str, Any], batches: int) -> float:
+    """Samples/s two of our workers hand over when each batch is a copy of `template`."""
+    context = multiprocessing.get_context()
+    slots = BatchSlots(
+        batch_fields(BATCH, THROUGHPUT.seq_len), 2, 2, context, lend=2, tail_bytes=64 << 10
+    )
+    pool = WorkerPool(PrebuiltBatches(template, batches), slots, 2, context, None)
+    try:
+        stream = pool.batches(False, lambda seconds, depth: None)
+        next(stream)
+        started = time.perf_counter()
+        count = sum(1 for _ in stream)
+        elapsed = time.perf_counter() - started
+    finally:
+        pool.close()
+    return count * BATCH / elapsed
+
+
+def measure(plan: Plan) -> tuple[dict[str, list[Run]], list[float]]:
+    n = plan.worker_samples
+    paths: dict[str, Callable[[], Run]] = {}
+    for workers in WORKERS:
+        paths[f"ours, num_workers={workers}"] = lambda w=workers: ours(w, n)
+        paths[f"upstream, num_workers={workers}"] = lambda w=workers: upstream(w, n)
+    runs = interleave(paths, plan.feed_repeats)
+    ds = make_dataset(str(THROUGHPUT.directory), rank=0, world_size=1, seed=SEED, batch_size=BATCH)
+    template = next(ds.batch_stream(0, 1, arrays=True))
+    transfers = [slots_transfer(template, plan.feed_batches) for _ in range(plan.feed_repeats)]
+    return runs, transfers
+
+
+def section(runs: dict[str, list[Run]], transfers: list[float], plan: Plan) -> list[str]:
+    """Section 5 of the report."""
+    tokens = THROUGHPUT.seq_len
+    repeats = len(next(iter(runs.values())))
+    rate = {k: median([r.samples / r.all_in_s for r in v]) for k, v in runs.items()}
+    steady = {k: median([(r.samples - BATCH) / r.steady_s for r in v]) for k, v in runs.items()}
+    lines = [
+        f"## 5. Worker processes: num_workers 0, 1, 2, ours against upstream, batch_size {BATCH}",
+        "",
+        f"`make_loader(make_dataset(dir), batch_size={BATCH}, num_workers=W)` against upstream "
+        f"`DataLoader(StreamingDataset(local=dir, shuffle=True, batch_size={BATCH}), "
+        f"batch_size={BATCH}, num_workers=W)` (its collate_fn stacks input_ids and keeps the "
+        f"other columns as lists: the least a trainer does), on `{THROUGHPUT.directory.name}`, "
+        f"{plan.worker_samples:,} samples each, {repeats} repeats interleaved, every file in the"
+        " page cache. **All-in**: from opening the set to the last batch (the constructor, "
+        "starting the workers and our sha256 of every shard a worker maps on first use are "
+        "counted); steady: after the first batch. CPU: seconds of the whole process tree "
+        "(trainer and workers) per 1,000 samples. Ours hands batches over through shared-memory "
+        "slots built in place by its own worker processes (`fm_loader.workers`); upstream's "
+        "go through torch's DataLoader (pickled lists, tensors in shared memory one file "
+        "descriptor each).",
+        "",
+        "| path | samples/s all-in | samples/s steady | first batch s | tokens/s all-in | "
+        "CPU s / 1k samples |",
+        "|---|--:|--:|--:|--:|--:|",
+    ]
+    for name, values in runs.items():
+        cpu = median([r.cpu_s / r.samples * 1e3 for r in values])
+        lines.append(
+            f"| {name} | {median_and_range([r.samples / r.all_in_s for r in values], ',.0f')} | "
+            f"{median_and_range([(r.samples - BATCH) / r.steady_s for r in values], ',.0f')} | "
+            f"{median_and_range([r.first_s for r in values], '.2f')} | "
+            f"{rate[name] * tokens / 1e6:.2f} M | {cpu:.3f} |"
+        )
+
+    def against_upstream(workers: int) -> float:
+        return rate[f"ours, num_workers={workers}"] / rate[f"upstream, num_workers={workers}"]
+
+    ratio = rate["ours, num_workers=2"] / rate["ours, num_workers=0"]
+    ratio_steady = steady["ours, num_workers=2"] / steady["ours, num_workers=0"]
+    lines += [
+        "",
+        f"Requirement, num_workers=2 against one process (ours, all-in): **{ratio:.2f}×** "
+        f"(floor 1.0×: {met(ratio >= 1.0)}; goal 1.5×: {met(ratio >= 1.5)}); steady "
+        f"{ratio_steady:.2f}×. Against upstream with the same workers, all-in: "
+        + ", ".join(f"{w} workers {against_upstream(w):.2f}×" for w in WORKERS)
+        + ".",
+        "",
+        f"Moving copies of one real batch out of 2 of our workers through the slots, no reading"
+        f" (compare with section 3's torch transfers): {median_and_range(transfers, ',.0f')} "
+        "samples/s.",
+        "",
+    ]
+    return lines
