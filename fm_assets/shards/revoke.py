@@ -112,16 +112,9 @@ def revoke(
                     "shards_rewritten": rebuilt.shards_rewritten,
                 }
                 shards_total = rebuilt.shards_total
-            marker = Revocation(
-                format_version=PROVENANCE_FORMAT_VERSION,
-                revocation_id=revocation.revocation_id,
-                reason=reason,
-                revoked_by=revocation.revoked_by,
-                revoked_at=revocation.revoked_at.isoformat(timespec="seconds"),
-                replacement=new_key,
-            )
             if outcome.replacement is not None or _unmarked(settings, row):
                 # A set already revoked keeps the marker naming its first replacement.
+                marker = _marker(revocation, reason, new_key)
                 write_revocation(str(row["uri"]), marker, settings.s3_endpoint)
             report.shard_sets.append(
                 {
@@ -159,15 +152,20 @@ def _mark_text_set(
     row = latest_text_set(settings, outcome.version_key)
     if row is None or not (outcome.replacement is not None or _unmarked(settings, row)):
         return
-    marker = Revocation(
+    marker = _marker(revocation, reason, outcome.replacement)
+    write_revocation(str(row["uri"]), marker, settings.s3_endpoint)
+
+
+def _marker(revocation: RevocationRecord, reason: str, replacement: str | None) -> Revocation:
+    """The `fm_revoked.json` a loader reads beside a revoked set."""
+    return Revocation(
         format_version=PROVENANCE_FORMAT_VERSION,
         revocation_id=revocation.revocation_id,
         reason=reason,
         revoked_by=revocation.revoked_by,
         revoked_at=revocation.revoked_at.isoformat(timespec="seconds"),
-        replacement=outcome.replacement,
+        replacement=replacement,
     )
-    write_revocation(str(row["uri"]), marker, settings.s3_endpoint)
 
 
 def _unmarked(settings: Settings, row: dict[str, Any]) -> bool:
