@@ -43,6 +43,7 @@ from fm_assets.storage import catalog
 from fm_assets.storage.tables import declared_tables, table_spec
 from tests.crash_driver import STEPS, VERSION_KEY
 from tests.paths import NEOX_TOKENIZER, REPO, WGET_WARC
+from tests.policies import opt_out_policy
 
 SEQ_LEN = 512
 STEP_TIMEOUT_S = 600.0
@@ -79,6 +80,8 @@ class Home:
 def prepare(home: Path, ray_address: str, data: Path = WGET_WARC) -> Home:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FM_")}
     env |= {"FM_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "RAY_ADDRESS": ray_address}
+    # The subject is crashes, not curation: no source is filtered (and no classifier is needed).
+    env["FM_POLICY_FILE"] = str(opt_out_policy(home.parent / f"{home.name}-policy"))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     settings = load_settings(env)
     register_tokenizer(settings, NEOX_TOKENIZER, make_default=True)
