@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from fm_loader.manifest import INDEX_NAME, ShardInfo
 
 if TYPE_CHECKING:
+    import torch
+
     from fm_loader.fetch import RemoteShards
 
 OFFSET_PAIR = struct.Struct("<II")  # MDS: consecutive uint32 sample offsets / column sizes
@@ -36,6 +37,10 @@ class VerifiedTable:
     loader hashed and found good; zeros when none did. Shared memory: workers inherit it."""
 
     def __init__(self, shard_counts: list[int]) -> None:
+        # Imported here: the platform reads shards through this module (its checks, `fm verify`)
+        # and must not pay torch's ~2 s import for it.
+        import torch
+
         table = torch.zeros(len(shard_counts), max(shard_counts, default=1), 3, dtype=torch.int64)
         self.table: torch.Tensor = table.share_memory_()  # type: ignore[no-untyped-call]
 
@@ -189,6 +194,8 @@ class MappedShards:
                 f"({size} bytes); the file is corrupt"
             )
         if known is not None and identity is not None and _identity(path) == identity:
+            import torch  # `known` is a VerifiedTable row: torch is loaded already
+
             known[shard] = torch.tensor(identity, dtype=torch.int64)
         return mapped, ""
 

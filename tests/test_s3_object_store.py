@@ -433,7 +433,7 @@ def test_fm_text_export_then_the_loader_tokenizes_every_document_once(
     result = CliRunner().invoke(main, ["text", "export", platform.version_key])
     assert result.exit_code == 0, result.output
     assert result.stdout.strip().splitlines()[-1] == platform.version_key
-    prefix = f"{OBJECTS}/texts/web/v1"
+    prefix = f"{OBJECTS}/texts/cloud/web/v1"
     assert f"{prefix}/fm_text_manifest.json" in platform.keys(prefix)
     dataset = fm_loader.make_dataset(
         platform.version_key,

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import importlib
 import re
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -188,6 +190,9 @@ def build_shard_set(
             docs_tokens = int(existing["num_tokens"])
             return ShardSetBuild(manifest, store.uri(prefix), docs_tokens, created=False)
 
+    # mosaicml-streaming takes ~5 s to import (torch, torchvision): load it while the version's
+    # tokens are read and packed, so the writer finds it ready.
+    threading.Thread(target=importlib.import_module, args=("streaming",), daemon=True).start()
     docs = version_tokens(settings, version, tokenizer, progress)
     docs = docs.take(pc.sort_indices(docs, sort_keys=[("doc_id", "ascending")]))
     lengths = pc.list_value_length(docs.column("tokens")).to_numpy(zero_copy_only=False)
