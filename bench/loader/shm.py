@@ -169,10 +169,11 @@ def section(parent: dict[str, Any], shm: dict[str, dict[str, Any]]) -> list[str]
         "lock files in /tmp for good; a later dataset skips any prefix whose lock file "
         "exists, while `clean_stale_shared_memory()` walks prefixes from 0 and stops at the "
         "first one without shared memory, so it never reaches the blocks of those later "
-        "datasets. They go only when the process exits. Ours creates no shared memory or lock "
-        "files at all (torch's default file-descriptor sharing unlinks each worker-to-trainer "
-        "block as soon as it is made). This script deletes the streaming lock files it created "
-        "before it ends.",
+        "datasets. They go only when the process exits. Ours names nothing in /dev/shm and "
+        "makes no lock files: its workers' batch slots are shared-memory buffers made through "
+        "torch's file-descriptor sharing, whose names are unlinked as soon as they are made, "
+        "so they go with the loader (or a killed process). This script deletes the streaming "
+        "lock files it created before it ends.",
         "",
     ]
     return lines
