@@ -2,9 +2,9 @@
 
 In-sample: `../shared/data/pii/presidio-synth-v2.json`, read in place (1,500 synthetic sentences
 with gold spans; the rules were written with it open). Held out: 1,500 sentences generated fresh
-by `bench/pii_heldout.py` (Faker values in templates written for the evaluation). Runs
-`fm_assets.curation.pii.find_pii` on every text and writes a Markdown report to
-`bench/results/pii.md`:
+by `bench/pii_heldout.py` (Faker values in templates written for the evaluation); throughput
+and 5 MB lines by `bench/pii_throughput.py`. Runs `fm_assets.curation.pii.redaction.find_pii` on
+every text and writes a Markdown report to `bench/results/pii.md`:
 
     python -m bench.pii
     python -m bench.pii --quick --output /tmp/pii.md   # one timing repeat
@@ -24,7 +24,6 @@ import gzip
 import ipaddress
 import json
 import re
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,12 +36,11 @@ from bench.harness import (
     RESULTS,
     RunStart,
     Stamp,
-    median,
-    median_and_range,
     parser,
     rerun_command,
     write_report,
 )
+from bench.pii_throughput import stress_rows, throughput_section, throughput_timings
 from fm_assets.curation.pii.addresses import NON_PUBLIC_NETWORKS
 from fm_assets.curation.pii.redaction import (
     CREDIT_CARD,
@@ -53,7 +51,6 @@ from fm_assets.curation.pii.redaction import (
     PII_RULES_VERSION,
     Redaction,
     find_pii,
-    redact_batch,
 )
 
 # presidio entity_type -> our kind; the other labels in the file are not scored.
@@ -142,6 +139,10 @@ def load_documents(path: Path = PRESIDIO) -> list[Document]:
     return documents
 
 
+def text_megabytes(documents: Sequence[Document]) -> float:
+    return sum(len(d.text.encode("utf-8")) for d in documents) / 1e6
+
+
 def _overlaps(a_start: int, a_end: int, b_start: int, b_end: int) -> bool:
     return a_start < b_end and b_start < a_end
 
@@ -212,55 +213,6 @@ def is_public_ip(value: str) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return not any(address in network for network in NON_PUBLIC_NETWORKS)
-
-
-def seconds_of(run: Callable[[], object], repeats: int) -> list[float]:
-    """Wall seconds of each of `repeats` calls of `run`."""
-    times = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - began)
-    return times
-
-
-# Single-line 5 MB inputs: the worst cases for the patterns' look-arounds and the Python loop.
-_PARAGRAPH = (
-    "The committee met on Tuesday to review the quarterly figures, which showed a 12% rise in "
-    "visitors and 3,400 new members since March. Several proposals were discussed at length, "
-    "including a new reading room, longer opening hours and a partnership with the museum. "
-)
-STRESS_INPUTS: dict[str, Callable[[], str]] = {
-    "prose with one PII item per ~2 KB": lambda: (
-        (_PARAGRAPH * 8 + "Questions? Call 0490 75 40 81 or write to desk@example.org. ") * 2_300
-    ),
-    "prose with PII every ~100 chars": lambda: (
-        (
-            "Call me at +1-984-182-0190 or mail jo.doe@example.com; server 8.8.8.8 (lan 10.0.0.7), "
-            "card 4111 1111 1111 1111. "
-        )
-        * 45_000
-    ),
-    "one run of digits": lambda: "7" * 5_000_000,
-    "digits and single spaces": lambda: "12 34 56 " * 560_000,
-    "digits and dots": lambda: "1.2.3.4." * 630_000,
-    "hex and colons": lambda: "ab:cd:" * 840_000,
-    "at-signs and letters": lambda: "a@b" * 1_700_000,
-    "binary junk decoded as text": lambda: bytes(range(256)).decode("latin-1") * 20_000,
-}
-
-
-def stress_rows() -> list[tuple[str, int, float, float, int]]:
-    """(input, characters, wall seconds, CPU seconds, spans found) per 5 MB line."""
-    rows = []
-    for name, make in STRESS_INPUTS.items():
-        text = make()
-        wall, cpu = time.perf_counter(), time.process_time()
-        found = find_pii(text)
-        rows.append(
-            (name, len(text), time.perf_counter() - wall, time.process_time() - cpu, len(found))
-        )
-    return rows
 
 
 def pii_free_texts() -> dict[str, list[str]]:
@@ -353,13 +305,12 @@ def render(
     documents: Sequence[Document],
     scores: dict[str, KindScore],
     public_scores: dict[str, KindScore],
-    timings: dict[str, list[float]],
-    stress: list[tuple[str, int, float, float, int]],
     pii_free: list[tuple[str, int, int, str]],
     data_path: Path,
     heldout: list[str],
+    throughput: list[str],
 ) -> str:
-    text_mb = sum(len(d.text.encode("utf-8")) for d in documents) / 1e6
+    text_mb = text_megabytes(documents)
     labels = Counter(g.label for d in documents for g in d.gold)
     cards = [g for d in documents for g in d.gold if g.kind == CREDIT_CARD]
     card_lengths = Counter(sum(c.isdigit() for c in g.value) for g in cards)
@@ -373,7 +324,7 @@ def render(
         "# PII detection: in-sample (presidio-synth-v2) and held out (generated)",
         "",
         f"{stamp.header()} {stamp.machine_line()} Rules: `{PII_RULES_VERSION}` "
-        "(`fm_assets/curation/pii.py`).",
+        "(`fm_assets/curation/pii/`).",
         "",
         f"Data: `{_shown(data_path)}` — {len(documents):,} synthetic sentences, "
         f"{text_mb:.2f} MB of text, {sum(labels.values()):,} gold spans of {len(labels)} labels, "
@@ -440,8 +391,6 @@ def render(
         missed = ", ".join(f"`{k}` × {v}" for k, v in s.missed_shapes.most_common()) or "none"
         wrong = ", ".join(f"{k} × {v}" for k, v in s.false_positive_labels.most_common()) or "none"
         lines.append(f"- **{kind}**: missed {missed}; false positives on {wrong}.")
-    find_s = timings["find_pii"]
-    batch_s = timings["redact_batch"]
     lines += ["", *heldout]
     lines += [
         "## Texts without personal data (every redaction is a false positive)",
@@ -451,28 +400,7 @@ def render(
     ]
     for name, count, characters, listed in pii_free:
         lines.append(f"| {name} | {count:,} | {characters:,} | {listed} |")
-    lines += [
-        "",
-        "## Throughput (one process, one core; median of the repeats, min–max in brackets)",
-        "",
-        "| call | seconds for the file | docs/s | MB/s |",
-        "|---|---:|---:|---:|",
-    ]
-    for name, times in (("find_pii per text", find_s), ("redact_batch", batch_s)):
-        seconds = median(times)
-        lines.append(
-            f"| {name} | {median_and_range(times, '.3f')} | {len(documents) / seconds:,.0f} "
-            f"| {text_mb / seconds:.2f} |"
-        )
-    lines += [
-        "",
-        "## Single-line 5 MB inputs (robustness, one run each)",
-        "",
-        "| input | characters | wall s | CPU s | spans found |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for name, size, seconds, cpu_seconds, found in stress:
-        lines.append(f"| {name} | {size:,} | {seconds:.2f} | {cpu_seconds:.2f} | {found:,} |")
+    lines += ["", *throughput]
     lines += [
         "",
         "The machine is shared (2 cores, other jobs running): absolute rates move from run to "
@@ -509,10 +437,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     public_scores = score(
         documents, predictions, keep_gold=lambda g: g.kind != IP_ADDRESS or is_public_ip(g.value)
     )
-    timings = {
-        "find_pii": seconds_of(lambda: [find_pii(t) for t in texts], repeats),
-        "redact_batch": seconds_of(lambda: redact_batch(texts), repeats),
-    }
+    timings = throughput_timings(texts, repeats)
     pii_free = false_positive_rows(pii_free_texts())
     stress = stress_rows()
     from bench.pii_heldout import generate
@@ -524,11 +449,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         documents,
         scores,
         public_scores,
-        timings,
-        stress,
         pii_free,
         args.data,
         heldout_section(heldout_documents, heldout_scores),
+        throughput_section(timings, stress, len(texts), text_megabytes(documents)),
     )
     write_report(args.output, report)
 

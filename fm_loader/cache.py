@@ -120,6 +120,7 @@ def open_cached(
     entry = root / manifest_sha256
     remote = RemoteShards(uri, entry, s3_endpoint, layout.manifest_name)
     use = CacheUse()
+    opening = _Opening(entry, manifest_sha256, remote, layout, use, verify_all)
     while True:
         root.mkdir(parents=True, exist_ok=True)
         entry.mkdir(exist_ok=True)
@@ -128,14 +129,14 @@ def open_cached(
             fcntl.flock(fd, fcntl.LOCK_SH)
             if _still_there(fd, entry) and _complete(entry, layout):
                 # Shared lock only: other trainers keep reading while a pre-warm re-verifies.
-                _check_entry(entry, manifest_sha256, remote, layout, use, verify_all)
+                _check_entry(opening)
                 _touch(entry)
                 return CachedSet(entry, EntryPin(fd), use)
             fcntl.flock(fd, fcntl.LOCK_EX)  # to download (flock converts: re-check after)
             if not _still_there(fd, entry) or _complete(entry, layout):
                 os.close(fd)  # evicted, or completed by another process, while we waited
                 continue
-            _fill(entry, manifest_sha256, remote, layout, use, verify_all)
+            _fill(opening)
             with locked(root, fcntl.LOCK_SH):  # no eviction while the lock is converted
                 fcntl.flock(fd, fcntl.LOCK_SH)
             _touch(entry)
@@ -173,25 +174,32 @@ def _complete(entry: Path, layout: Layout) -> bool:
     return (entry / layout.manifest_name).is_file()
 
 
-def _fill(
-    entry: Path,
-    manifest_sha256: str,
-    remote: RemoteShards,
-    layout: Layout,
-    use: CacheUse,
-    verify_all: bool,
-) -> None:
+@dataclass(frozen=True)
+class _Opening:
+    """One `open_cached` call: its entry, the manifest the entry must hold, where the set is
+    published, what kind of set it is, what the call cost so far and whether to re-hash all."""
+
+    entry: Path
+    manifest_sha256: str
+    remote: RemoteShards
+    layout: Layout
+    use: CacheUse
+    verify_all: bool
+
+
+def _fill(opening: _Opening) -> None:
     """Holding the entry's exclusive lock: fetch every missing (or, with `verify_all`, bad)
     file, the manifest last. A set that is bad in the store leaves no entry behind."""
+    entry, remote, layout, use = opening.entry, opening.remote, opening.layout, opening.use
     for stale in entry.glob(".*.tmp-*"):  # left by a download that died
         stale.unlink(missing_ok=True)
     started = time.perf_counter()
     try:
-        data = remote.manifest_bytes(manifest_sha256)
+        data = remote.manifest_bytes(opening.manifest_sha256)
         key, shards, _ = layout.describe(data)
         info = {
             "uri": remote.uri,
-            "manifest_sha256": manifest_sha256,
+            "manifest_sha256": opening.manifest_sha256,
             "manifest_name": layout.manifest_name,
             "shard_set_key": key,
             "shard_names": [s.name for s in shards],
@@ -201,7 +209,7 @@ def _fill(
             _write_atomic(entry / ENTRY_INFO_NAME, json.dumps(info, indent=1).encode())
         make_room(entry.parent, keep=entry.name)  # counts this set at its full size
         remote.fetch_index(entry)
-        remote.fetch_shards(shards, use, verify_all)
+        remote.fetch_shards(shards, use, opening.verify_all)
         _write_atomic(entry / layout.manifest_name, data)
     except StorageUnavailable:
         raise  # transient: the shards fetched so far stay for the next attempt
@@ -232,14 +240,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _check_entry(
-    entry: Path,
-    manifest_sha256: str,
-    remote: RemoteShards,
-    layout: Layout,
-    use: CacheUse,
-    verify_all: bool,
-) -> None:
+def _check_entry(opening: _Opening) -> None:
     """Checks of a complete entry: the manifest's hash, every file at its size (and with
     `verify_all` its sha256), counted in `use`.
 
@@ -247,13 +248,15 @@ def _check_entry(
     its sha256); otherwise shard contents are verified when the loader first maps them, as for
     local sets.
     """
+    entry, remote, layout, use = opening.entry, opening.remote, opening.layout, opening.use
+    verify_all = opening.verify_all
     fix = f"delete {entry} and the next make_dataset downloads {remote.uri} again"
     try:
         data = (entry / layout.manifest_name).read_bytes()
     except OSError as exc:
         raise ValueError(f"cache entry {entry} has no readable manifest ({exc}); {fix}") from exc
     digest = hashlib.sha256(data).hexdigest()
-    if digest != manifest_sha256:
+    if digest != opening.manifest_sha256:
         raise ValueError(
             f"cache entry {entry} holds a manifest with sha256 {digest}, not its name; {fix}"
         )

@@ -11,9 +11,9 @@ import torch.utils.data
 
 from fm_loader.blocks import Block, BlockError, RawBlock
 from fm_loader.manifest import ShardSetManifest
-from fm_loader.mapped import VerifiedTable
 from fm_loader.mixture import MixtureSpec, ScheduleCursor
-from fm_loader.plan import SourceOrder, rank_positions, worker_serves
+from fm_loader.open_sets import OpenSets
+from fm_loader.plan import rank_positions, worker_serves
 from fm_loader.provenance import RunRegistry, check_run_id
 from fm_loader.resolve import ResolvedShardSet, check_same_layout, location_of
 from fm_loader.shards import ShardSet
@@ -26,7 +26,7 @@ DEFAULT_SHUFFLE_WINDOW = 1 << 16  # samples: spans several 64 MB shards at seq_l
 _POSITIONS_PER_STEP = 1 << 14  # global positions scheduled at a time
 
 
-class FmDataset(torch.utils.data.IterableDataset[Sample]):
+class FmDataset(torch.utils.data.IterableDataset[Sample], OpenSets[ShardSet]):
     """One rank's deterministic share of the global sample stream of a mixture of shard sets.
 
     Iterating yields the rest of the current epoch for this rank, from the position set by
@@ -59,14 +59,10 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
         self.spec = spec
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.shuffle_window, self.batch_size = shuffle_window, batch_size
-        self.content_hashes = tuple(r.manifest_sha256 for r in resolved)
         self._run: RunRegistry | None = None  # set by `record_run` on rank 0
         self._locations = [location_of(r) for r in resolved]
-        self._shards = [ShardSet(r.directory, r.manifest, remote=r.remote) for r in resolved]
-        # Open cache entries stay pinned (never evicted) while this dataset lives.
-        self._pins = [r.pin for r in resolved if r.pin is not None]
-        self.cache_uses = [r.cache_use for r in resolved if r.cache_use is not None]
-        sizes = [len(s) for s in self._shards]
+        self._hold([ShardSet(r.directory, r.manifest, remote=r.remote) for r in resolved], resolved)
+        sizes = [len(s) for s in self._sets]
         self._weights = spec.integer_weights(sizes)
         self.epoch_length = spec.epoch_length(sizes)
         self.set_epoch(epoch)
@@ -74,7 +70,7 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
     @property
     def manifest(self) -> ShardSetManifest:
         """The first source's manifest (all sources share seq_len, tokenizer and schema)."""
-        return self._shards[0].manifest
+        return self._sets[0].manifest
 
     @property
     def seq_len(self) -> int:
@@ -82,7 +78,7 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
 
     @property
     def manifests(self) -> list[ShardSetManifest]:
-        return [s.manifest for s in self._shards]
+        return [s.manifest for s in self._sets]
 
     def __len__(self) -> int:
         """Samples this rank serves from the current position to the end of the epoch."""
@@ -93,7 +89,7 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
         if epoch < 0:
             raise ValueError(f"epoch must be non-negative, got {epoch}")
         self.epoch = epoch
-        self._restart(0, [0] * len(self._shards))
+        self._restart(0, [0] * len(self._sets))
 
     def _restart(self, position: int, counts: Sequence[int]) -> None:
         self._start, self._start_counts = position, list(counts)
@@ -162,7 +158,7 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
         tokens = np.empty((len(ids), seq_len), dtype=self.manifest.token_dtype)
         spans: list[npt.NDArray[np.int32]] = [np.empty(0, np.int32)] * len(ids)
         doc_ids: list[list[str]] = [[]] * len(ids)
-        for s, shards in enumerate(self._shards):
+        for s, shards in enumerate(self._sets):
             rows = np.flatnonzero(sources == s)
             if rows.size == 0:
                 continue
@@ -175,22 +171,13 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
             return Block(raw, out)
         except BlockError as exc:
             source, index = int(sources[exc.position]), int(ids[exc.position])
-            raise ValueError(f"{self._shards[source].where(index)}: {exc}") from exc
+            raise ValueError(f"{self._sets[source].where(index)}: {exc}") from exc
 
     def _assigned(
         self, worker: int, num_workers: int
     ) -> Iterator[tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]]:
         """(source, sample id) arrays, chunk by chunk, of what this rank and worker serve."""
-        orders = [
-            SourceOrder(
-                [s.samples for s in shards.manifest.shards],
-                seed=self.seed,
-                epoch=self.epoch,
-                source=n,
-                window=self.shuffle_window,
-            )
-            for n, shards in enumerate(self._shards)
-        ]
+        orders = self._source_orders(self.seed, self.epoch, self.shuffle_window)
         cursor = ScheduleCursor(self._weights, self._start, self._start_counts)
         position = self._start
         while position < self.epoch_length:
@@ -211,36 +198,6 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
                 if mine.any():
                     ids[mine] = order.sample_ids(running[offsets][mine])
             yield chosen, ids
-
-    def take_fetch_latencies(self) -> list[float]:
-        """Shard map+verify(+refetch) times recorded in this process since the last call."""
-        out: list[float] = []
-        for shards in self._shards:
-            out.extend(shards.fetch_latencies)
-            shards.fetch_latencies.clear()
-        return out
-
-    def take_refetched_bytes(self) -> int:
-        """Bytes of cached shards fetched again in this process since the last call."""
-        total = sum(s.refetched_bytes for s in self._shards)
-        for shards in self._shards:
-            shards.refetched_bytes = 0
-        return total
-
-    def verification_table(self) -> VerifiedTable:
-        """A table in which this dataset's copies in worker processes share verified shards."""
-        return VerifiedTable([len(s.shards) for s in self._shards])
-
-    def share_verification(self, table: VerifiedTable) -> None:
-        for source, shards in enumerate(self._shards):
-            shards.verified = table.row(source)
-
-    def close(self) -> None:
-        """Unpin this dataset's cache entries (they may then be evicted) and unmap its shards."""
-        for pin in self._pins:
-            pin.close()
-        for shards in self._shards:
-            shards.close()
 
     # -- checkpointing --------------------------------------------------------------------
     def tracker(self) -> SampleCounter:
@@ -281,7 +238,7 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
             check_run_id(run_id),
             [
                 (s.manifest, digest)
-                for s, digest in zip(self._shards, self.content_hashes, strict=True)
+                for s, digest in zip(self._sets, self.content_hashes, strict=True)
             ],
             self._locations,
             self.spec.keys,
@@ -295,7 +252,7 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
         tokenizer, schema, seq_len, seed, shuffle window or plan version.
         """
         theirs = LoaderState.from_dict(state)
-        problems = self._state(0, [0] * len(self._shards)).mismatches(theirs)
+        problems = self._state(0, [0] * len(self._sets)).mismatches(theirs)
         if problems:
             raise ValueError(
                 "loader state does not match this dataset: "

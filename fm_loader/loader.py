@@ -44,7 +44,14 @@ _DONE = object()
 
 
 class FmLoader:
-    """Iterable over collated batches of one rank; checkpointable with any number of workers."""
+    """Iterable over collated batches of one rank; checkpointable with any number of workers.
+
+    `batch_size` defaults to the dataset's; given, it becomes the dataset's (which decides the
+    placement of samples on workers) unless the dataset already has a different one (refused).
+    `pin_memory=True` hands batches over in page-locked memory (for `.to(device,
+    non_blocking=True)`). `multiprocessing_context` ("fork", "spawn", "forkserver" or a context)
+    starts the workers; a spawned worker imports only the loader (torch, numpy, fm_loader).
+    """
 
     def __init__(
         self,
@@ -175,17 +182,17 @@ def _produce(
             batch = as_tensors(arrays)
             if pin_memory:
                 batch = {k: v.pin_memory() if torch.is_tensor(v) else v for k, v in batch.items()}
-            while not stop.is_set():
-                try:
-                    ready.put(batch, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
+            _put(ready, batch, stop)
             if stop.is_set():
                 return
         item: Any = _DONE
     except BaseException as exc:  # handed to the consumer, which raises it in its own thread
         item = exc
+    _put(ready, item, stop)
+
+
+def _put(ready: queue.Queue[Any], item: Any, stop: threading.Event) -> None:
+    """Put `item` into `ready` once there is room, unless we are stopped first."""
     while not stop.is_set():
         try:
             ready.put(item, timeout=0.1)
@@ -209,32 +216,6 @@ def _placement_batch_size(dataset: Served, batch_size: int | None) -> int:
     return batch_size
 
 
-def make_loader(
-    dataset: Served,
-    *,
-    batch_size: int | None = None,
-    num_workers: int = 0,
-    prefetch_batches: int = 4,
-    pin_memory: bool = False,
-    log_every_s: float = 60.0,
-    multiprocessing_context: str | multiprocessing.context.BaseContext | None = None,
-    worker_init_fn: Callable[[int], None] | None = None,
-) -> FmLoader:
-    """Batches of `dataset` for one trainer process; see `FmLoader`.
-
-    `batch_size` defaults to the dataset's; given, it becomes the dataset's (which decides the
-    placement of samples on workers) unless the dataset already has a different one (refused).
-    `pin_memory=True` hands batches over in page-locked memory (for `.to(device,
-    non_blocking=True)`). `multiprocessing_context` ("fork", "spawn", "forkserver" or a context)
-    starts the workers; a spawned worker imports only the loader (torch, numpy, fm_loader).
-    """
-    return FmLoader(
-        dataset,
-        batch_size=batch_size,
-        num_workers=num_workers,
-        prefetch_batches=prefetch_batches,
-        pin_memory=pin_memory,
-        log_every_s=log_every_s,
-        multiprocessing_context=multiprocessing_context,
-        worker_init_fn=worker_init_fn,
-    )
+# Batches of a dataset for one trainer process: the loader's constructor, under the name that
+# pairs it with `make_dataset`.
+make_loader = FmLoader

@@ -31,7 +31,6 @@ import numpy.typing as npt
 import torch.utils.data
 
 from fm_loader.blocks import Block, RawBlock
-from fm_loader.mapped import VerifiedTable
 from fm_loader.mixture import MixtureSpec, ScheduleCursor
 from fm_loader.online_state import (
     ONLINE_FORMAT_VERSION,
@@ -42,8 +41,8 @@ from fm_loader.online_state import (
     merge_states,
     with_consumption,
 )
+from fm_loader.open_sets import OpenSets
 from fm_loader.packing import OnlineTokenizer, pack, sample_arrays
-from fm_loader.plan import SourceOrder
 from fm_loader.text_set import ResolvedTextSet, TextShards
 
 Sample = dict[str, Any]
@@ -63,7 +62,7 @@ class _Packed:
     source: int
 
 
-class OnlineDataset(torch.utils.data.IterableDataset[Sample]):
+class OnlineDataset(torch.utils.data.IterableDataset[Sample], OpenSets[TextShards]):
     """One rank's share of a mixture of text sets, tokenized and packed as it is read."""
 
     extra_columns = ("pack_group", "pack_index", "pack_size")
@@ -95,11 +94,8 @@ class OnlineDataset(torch.utils.data.IterableDataset[Sample]):
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.seq_len, self.shuffle_window = seq_len, shuffle_window
         self.batch_size, self.docs_per_pack = batch_size, docs_per_pack
-        self.content_hashes = tuple(t.manifest_sha256 for t in texts)
-        self._texts = [TextShards(t.directory, t.manifest, remote=t.remote) for t in texts]
-        self._pins = [t.pin for t in texts if t.pin is not None]
-        self.cache_uses = [t.cache_use for t in texts if t.cache_use is not None]
-        sizes = [len(t) for t in self._texts]
+        self._hold([TextShards(t.directory, t.manifest, remote=t.remote) for t in texts], texts)
+        sizes = [len(t) for t in self._sets]
         self._weights = spec.integer_weights(sizes)
         self.epoch_length = spec.epoch_length(sizes)  # documents
         self.num_groups = -(-self.epoch_length // docs_per_pack)
@@ -133,16 +129,7 @@ class OnlineDataset(torch.utils.data.IterableDataset[Sample]):
 
     def _packed(self, worker: int, num_workers: int) -> Iterator[_Packed | int]:
         """This worker's samples, group by group (a bare group number: it packed into none)."""
-        orders = [
-            SourceOrder(
-                [s.samples for s in t.manifest.shards],
-                seed=self.seed,
-                epoch=self.epoch,
-                source=n,
-                window=self.shuffle_window,
-            )
-            for n, t in enumerate(self._texts)
-        ]
+        orders = self._source_orders(self.seed, self.epoch, self.shuffle_window)
         cursor = ScheduleCursor(self._weights)
         for group in self._my_groups(worker, num_workers):
             start = group * self.docs_per_pack
@@ -164,7 +151,7 @@ class OnlineDataset(torch.utils.data.IterableDataset[Sample]):
         doc_ids: list[str] = []
         texts: list[str] = []
         for s, index in zip(sources.tolist(), ids.tolist(), strict=True):
-            one_id, one_text = self._texts[s].read_texts([index])
+            one_id, one_text = self._sets[s].read_texts([index])
             doc_ids += one_id
             texts += one_text
         tokens = self.tokenizer.encode(texts)
@@ -271,33 +258,6 @@ class OnlineDataset(torch.utils.data.IterableDataset[Sample]):
                     "pack_index": index,
                     "pack_size": size,
                 }
-
-    def take_fetch_latencies(self) -> list[float]:
-        out: list[float] = []
-        for texts in self._texts:
-            out.extend(texts.fetch_latencies)
-            texts.fetch_latencies.clear()
-        return out
-
-    def take_refetched_bytes(self) -> int:
-        total = sum(t.refetched_bytes for t in self._texts)
-        for texts in self._texts:
-            texts.refetched_bytes = 0
-        return total
-
-    def verification_table(self) -> VerifiedTable:
-        """A table in which this dataset's copies in worker processes share verified shards."""
-        return VerifiedTable([len(s.shards) for s in self._texts])
-
-    def share_verification(self, table: VerifiedTable) -> None:
-        for source, shards in enumerate(self._texts):
-            shards.verified = table.row(source)
-
-    def close(self) -> None:
-        for pin in self._pins:
-            pin.close()
-        for texts in self._texts:
-            texts.close()
 
     # -- checkpointing -------------------------------------------------------------------------
     def tracker(self) -> PackTracker:

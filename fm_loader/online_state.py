@@ -19,21 +19,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from fm_loader.state import STREAM_PINNED, pinned_mismatches
+
 ONLINE_STATE_KIND = "online-pack"
 ONLINE_FORMAT_VERSION = 1
 ONLINE_PLAN_VERSION = "quota-window-groups-v1"
-PINNED = (
-    "plan_version",
-    "sources",
-    "content_hashes",
-    "mixture_mode",
-    "mixture_weights",
-    "tokenizer_hash",
-    "seq_len",
-    "seed",
-    "shuffle_window",
-    "docs_per_pack",
-)
+PINNED = (*STREAM_PINNED, "docs_per_pack")
 
 
 class Consumption:
@@ -148,11 +139,8 @@ class OnlineState:
         return Consumption(self.frontier, self.done, self.partial)
 
     def mismatches(self, other: OnlineState) -> list[str]:
-        return [
-            f"{name}: checkpoint has {getattr(other, name)!r}, this loader {getattr(self, name)!r}"
-            for name in PINNED
-            if getattr(self, name) != getattr(other, name)
-        ]
+        """Human-readable differences in the pinned values between two states."""
+        return pinned_mismatches(PINNED, self, other)
 
 
 def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -140,21 +140,12 @@ def shard_set_locations(
     if match or VERSION_KEY.fullmatch(source):
         version = match["version"] if match else source
         settings = settings or load_loader_settings()
-        rows = catalog_rows(version, settings)
-        if not rows:
-            raise ValueError(
-                f"unknown dataset version {version}: no shard set is registered for it; "
-                + BUILD_HINT.format(version=version)
-            )
-        latest: dict[str, dict[str, Any]] = {}
-        for row in sorted(rows, key=lambda r: r["created_at"]):
-            latest[row["shard_set_key"]] = row
+        latest = _latest_rows(version, catalog_rows(version, settings))
         chosen = [
             row
             for row in latest.values()
             if (not match or row["shard_set_key"] == source)
-            and (seq_len is None or row["seq_len"] == seq_len)
-            and (tokenizer_hash is None or row["tokenizer_hash"] == tokenizer_hash)
+            and _matches(row, seq_len, tokenizer_hash)
         ]
         if not chosen:
             available = "; ".join(_describe(r) for r in sorted(latest.values(), key=_describe))
@@ -208,13 +199,8 @@ def _describe(row: dict[str, Any]) -> str:
     return f"{row['shard_set_key']} (seq_len={row['seq_len']}, tokenizer={row['tokenizer_hash']})"
 
 
-def _select_row(
-    version_key: str,
-    rows: list[dict[str, Any]],
-    seq_len: int | None,
-    tokenizer_hash: str | None,
-) -> dict[str, Any]:
-    """Pick the one shard set of a version matching seq_len / tokenizer, or say how to choose."""
+def _latest_rows(version_key: str, rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A version's catalog rows by shard-set key; refuses a version with none."""
     if not rows:
         raise ValueError(
             f"unknown dataset version {version_key}: no shard set is registered for it; "
@@ -224,12 +210,24 @@ def _select_row(
     latest: dict[str, dict[str, Any]] = {}
     for row in sorted(rows, key=lambda r: r["created_at"]):
         latest[row["shard_set_key"]] = row
-    candidates = [
-        row
-        for row in latest.values()
-        if (seq_len is None or row["seq_len"] == seq_len)
-        and (tokenizer_hash is None or row["tokenizer_hash"] == tokenizer_hash)
-    ]
+    return latest
+
+
+def _matches(row: dict[str, Any], seq_len: int | None, tokenizer_hash: str | None) -> bool:
+    return (seq_len is None or row["seq_len"] == seq_len) and (
+        tokenizer_hash is None or row["tokenizer_hash"] == tokenizer_hash
+    )
+
+
+def _select_row(
+    version_key: str,
+    rows: list[dict[str, Any]],
+    seq_len: int | None,
+    tokenizer_hash: str | None,
+) -> dict[str, Any]:
+    """Pick the one shard set of a version matching seq_len / tokenizer, or say how to choose."""
+    latest = _latest_rows(version_key, rows)
+    candidates = [row for row in latest.values() if _matches(row, seq_len, tokenizer_hash)]
     available = "; ".join(_describe(r) for r in sorted(latest.values(), key=_describe))
     if not candidates:
         raise ValueError(

@@ -14,19 +14,20 @@ from typing import Any
 STATE_FORMAT_VERSION = 2
 PLAN_VERSION = "quota-window-v1"  # bump when the order or placement algorithm changes
 
-# What fixes the stream: a loader restores a state only if all of these are equal.
-PINNED = (
+# What fixes a mixture's stream, of shard sets or of text tokenized in the loader
+# (`fm_loader.online_state`): a loader restores a state only if all of these are equal.
+STREAM_PINNED = (
     "plan_version",
     "sources",
     "content_hashes",
     "mixture_mode",
     "mixture_weights",
     "tokenizer_hash",
-    "schema_fingerprint",
     "seq_len",
     "seed",
     "shuffle_window",
 )
+PINNED = (*STREAM_PINNED, "schema_fingerprint")
 
 
 @dataclass(frozen=True)
@@ -84,12 +85,17 @@ class LoaderState:
 
     def mismatches(self, other: LoaderState) -> list[str]:
         """Human-readable differences in the pinned values between two states."""
-        return [
-            f"{name}: checkpoint has {_show(getattr(other, name))}, "
-            f"this loader {_show(getattr(self, name))}"
-            for name in PINNED
-            if getattr(self, name) != getattr(other, name)
-        ]
+        return pinned_mismatches(PINNED, self, other)
+
+
+def pinned_mismatches(names: tuple[str, ...], ours: object, theirs: object) -> list[str]:
+    """`name: checkpoint has X, this loader Y` for each of `names` whose values differ."""
+    return [
+        f"{name}: checkpoint has {_show(getattr(theirs, name))}, "
+        f"this loader {_show(getattr(ours, name))}"
+        for name in names
+        if getattr(ours, name) != getattr(theirs, name)
+    ]
 
 
 def _show(value: Any) -> str:

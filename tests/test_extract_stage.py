@@ -146,7 +146,7 @@ def test_calls_that_finish_in_time_are_never_interrupted_later() -> None:
 def test_a_stalled_page_off_the_main_thread_is_quarantined_as_a_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setitem(extract._EXTRACT, "trafilatura", lambda html, url: _spin())
+    monkeypatch.setitem(extract.EXTRACT_CALLS, "trafilatura", lambda html, url: _spin())
     stage = ExtractStage(timeout_s=0.2)
 
     result = _in_thread(lambda: stage.process(raw_table(PAGE)))

@@ -43,7 +43,9 @@ def resiliparse_text(html: str, url: str | None) -> str | None:
     )
 
 
-_EXTRACT = {"trafilatura": trafilatura_text, "resiliparse": resiliparse_text}
+# The call of each extractor a policy may name, looked up per page (tests and the extraction
+# benchmark replace one here).
+EXTRACT_CALLS = {"trafilatura": trafilatura_text, "resiliparse": resiliparse_text}
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ class ExtractStage(Stage):
             )
         if kind != "html":
             return decoded, None
-        extractor, extract = self.extractor, _EXTRACT[self.extractor]
+        extractor, extract = self.extractor, EXTRACT_CALLS[self.extractor]
         try:
             text = call_with_timeout(lambda: extract(decoded, url), self.timeout_s)
         except CallTimeout as exc:
