@@ -49,7 +49,8 @@ class FmDataset(torch.utils.data.IterableDataset[Sample]):
         batch_size: int | None = None,
     ) -> None:
         super().__init__()
-        if seed < 0 or epoch < 0 or shuffle_window < 1 or (batch_size is not None and batch_size < 1):
+        chosen_badly = batch_size is not None and batch_size < 1
+        if seed < 0 or epoch < 0 or shuffle_window < 1 or chosen_badly:
             raise ValueError(
                 "seed and epoch must be non-negative and shuffle_window and batch_size positive, "
                 f"got seed={seed}, epoch={epoch}, shuffle_window={shuffle_window}, "
