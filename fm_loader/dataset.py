@@ -13,7 +13,7 @@ from fm_loader.blocks import Block, BlockError, RawBlock
 from fm_loader.manifest import ShardSetManifest
 from fm_loader.mixture import MixtureSpec, ScheduleCursor
 from fm_loader.open_sets import OpenSets
-from fm_loader.plan import rank_positions, worker_serves
+from fm_loader.plan import placement_batch_size, rank_positions, worker_serves
 from fm_loader.provenance import RunRegistry, check_run_id
 from fm_loader.resolve import ResolvedShardSet, check_same_layout, location_of
 from fm_loader.shards import ShardSet
@@ -46,10 +46,11 @@ class FmDataset(torch.utils.data.IterableDataset[Sample], OpenSets[ShardSet]):
         seed: int = 0,
         epoch: int = 0,
         shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
-        batch_size: int = 1,
+        batch_size: int | None = None,
     ) -> None:
         super().__init__()
-        if seed < 0 or epoch < 0 or shuffle_window < 1 or batch_size < 1:
+        chosen_badly = batch_size is not None and batch_size < 1
+        if seed < 0 or epoch < 0 or shuffle_window < 1 or chosen_badly:
             raise ValueError(
                 "seed and epoch must be non-negative and shuffle_window and batch_size positive, "
                 f"got seed={seed}, epoch={epoch}, shuffle_window={shuffle_window}, "
@@ -58,7 +59,8 @@ class FmDataset(torch.utils.data.IterableDataset[Sample], OpenSets[ShardSet]):
         check_same_layout(resolved)
         self.spec = spec
         self.rank, self.world_size, self.seed = rank, world_size, seed
-        self.shuffle_window, self.batch_size = shuffle_window, batch_size
+        self.shuffle_window = shuffle_window
+        self.batch_size, self.batch_size_chosen_by = placement_batch_size(batch_size)
         self._run: RunRegistry | None = None  # set by `record_run` on rank 0
         self._locations = [location_of(r) for r in resolved]
         self._hold([ShardSet(r.directory, r.manifest, remote=r.remote) for r in resolved], resolved)

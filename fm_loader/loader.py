@@ -46,8 +46,9 @@ _DONE = object()
 class FmLoader:
     """Iterable over collated batches of one rank; checkpointable with any number of workers.
 
-    `batch_size` defaults to the dataset's; given, it becomes the dataset's (which decides the
-    placement of samples on workers) unless the dataset already has a different one (refused).
+    `batch_size` defaults to the dataset's. Given, it becomes the dataset's (which decides the
+    placement of samples on workers) when the dataset's was not chosen (`make_dataset`'s
+    `batch_size=None`); a different size than one chosen raises ValueError naming both.
     `pin_memory=True` hands batches over in page-locked memory (for `.to(device,
     non_blocking=True)`). `multiprocessing_context` ("fork", "spawn", "forkserver" or a context)
     starts the workers; a spawned worker imports only the loader (torch, numpy, fm_loader).
@@ -65,13 +66,12 @@ class FmLoader:
         multiprocessing_context: str | multiprocessing.context.BaseContext | None = None,
         worker_init_fn: Callable[[int], None] | None = None,
     ) -> None:
-        batch_size = _placement_batch_size(dataset, batch_size)
-        if batch_size < 1 or num_workers < 0 or prefetch_batches < 1:
+        if (batch_size is not None and batch_size < 1) or num_workers < 0 or prefetch_batches < 1:
             raise ValueError(
                 "batch_size and prefetch_batches must be positive and num_workers non-negative, "
                 f"got {batch_size}, {prefetch_batches}, {num_workers}"
             )
-        dataset.batch_size = batch_size
+        batch_size = _placement_batch_size(dataset, batch_size)
         self.dataset, self.batch_size = dataset, batch_size
         self.prefetch_batches = prefetch_batches
         self.metrics = LoaderMetrics(log_every_s=log_every_s)
@@ -202,17 +202,23 @@ def _put(ready: queue.Queue[Any], item: Any, stop: threading.Event) -> None:
 
 
 def _placement_batch_size(dataset: Served, batch_size: int | None) -> int:
-    """The batch size that places samples on workers: the dataset's, or the loader's when the
-    dataset was left at 1. Two different explicit sizes would change which worker serves which
-    sample (and so what a checkpoint means) without anyone asking: refused."""
-    if batch_size is None:
+    """The batch size that places samples on workers, chosen once: the dataset's when it has
+    one (make_dataset(batch_size=N), or an earlier loader's), else the loader's, which the
+    dataset then adopts. A loader asking for another size than the one chosen is refused: it
+    would change which worker serves which sample without anyone asking."""
+    chosen_by = dataset.batch_size_chosen_by
+    if batch_size is None or batch_size == dataset.batch_size:
         return dataset.batch_size
-    if dataset.batch_size not in (1, batch_size):
+    if chosen_by is not None:
         raise ValueError(
-            f"make_loader(batch_size={batch_size}) but the dataset was made with "
-            f"batch_size={dataset.batch_size}; the batch size decides which worker serves which "
-            "sample: give it once (make_dataset(..., batch_size=N) and make_loader without one)"
+            f"make_loader(batch_size={batch_size}) but the dataset's batch size is "
+            f"{dataset.batch_size}, chosen by {chosen_by}; the batch size decides which worker "
+            "serves which sample, so it is chosen once: pass the same size, or give it only "
+            "to make_loader (make_dataset(..., batch_size=None), the default) or only to "
+            "make_dataset (make_loader without batch_size)"
         )
+    dataset.batch_size = batch_size
+    dataset.batch_size_chosen_by = f"an earlier make_loader(batch_size={batch_size})"
     return batch_size
 
 

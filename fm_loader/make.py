@@ -33,7 +33,7 @@ def make_dataset(
     seq_len: int | None = None,
     tokenizer: str | None = None,
     shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
-    batch_size: int = 1,
+    batch_size: int | None = None,
     expected_tokenizer_hash: str | None = None,
     expected_schema_fingerprint: str | None = None,
     settings: CatalogLocation | None = None,
@@ -57,7 +57,7 @@ def make_dataset(
     seq_len: int | None = None,
     tokenizer: str | None = None,
     shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
-    batch_size: int = 1,
+    batch_size: int | None = None,
     expected_tokenizer_hash: str | None = None,
     expected_schema_fingerprint: str | None = None,
     settings: CatalogLocation | None = None,
@@ -81,7 +81,7 @@ def make_dataset(
     seq_len: int | None = None,
     tokenizer: str | None = None,
     shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
-    batch_size: int = 1,
+    batch_size: int | None = None,
     expected_tokenizer_hash: str | None = None,
     expected_schema_fingerprint: str | None = None,
     settings: CatalogLocation | None = None,
@@ -104,7 +104,7 @@ def make_dataset(
     seq_len: int | None = None,
     tokenizer: str | None = None,
     shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
-    batch_size: int = 1,
+    batch_size: int | None = None,
     expected_tokenizer_hash: str | None = None,
     expected_schema_fingerprint: str | None = None,
     settings: CatalogLocation | None = None,
@@ -121,9 +121,11 @@ def make_dataset(
     a shard-set directory / file:// / s3:// URI, or a mixture mapping such keys to weights
     ({"web@v3": 0.7, "code@v1": 0.3}) or to `Epochs(k)`. `seq_len` and `tokenizer` (a
     tokenizer.json path) choose among a version's shard sets and must match the one served.
-    `rank`/`world_size` default to torch.distributed, then RANK/WORLD_SIZE. With DataLoader
-    workers pass the DataLoader's `batch_size` here (or use `make_loader`): workers then take
-    whole batches in turn and the trainer receives the rank's stream in order.
+    `rank`/`world_size` default to torch.distributed, then RANK/WORLD_SIZE. `batch_size` decides
+    which worker serves which sample (workers take whole batches in turn, so the trainer receives
+    the rank's stream in order): with a plain DataLoader pass its `batch_size` here; with
+    `make_loader` give it here or there, once. None (the default) means not chosen: `make_loader`
+    then sets its own, and the dataset iterated alone places samples one by one.
 
     Remote sets are downloaded once per node into `cache_dir` (default `~/.cache/fm_loader`), in
     a directory named by their manifest's sha256. Raises ValueError, saying what to do, on an
@@ -209,7 +211,7 @@ def _online(
     seq_len: int | None,
     tokenizer: str | None,
     shuffle_window: int,
-    batch_size: int,
+    batch_size: int | None,
     settings: CatalogLocation | None,
     cache_dir: Path | None,
     allow_revoked: bool,

@@ -43,6 +43,7 @@ from fm_loader.online_state import (
 )
 from fm_loader.open_sets import OpenSets
 from fm_loader.packing import OnlineTokenizer, pack, sample_arrays
+from fm_loader.plan import placement_batch_size
 from fm_loader.text_set import ResolvedTextSet, TextShards
 
 Sample = dict[str, Any]
@@ -79,11 +80,17 @@ class OnlineDataset(torch.utils.data.IterableDataset[Sample], OpenSets[TextShard
         seed: int = 0,
         epoch: int = 0,
         shuffle_window: int,
-        batch_size: int = 1,
+        batch_size: int | None = None,
         docs_per_pack: int = DEFAULT_DOCS_PER_PACK,
     ) -> None:
         super().__init__()
-        if seq_len < 2 or docs_per_pack < 1 or seed < 0 or shuffle_window < 1 or batch_size < 1:
+        if (
+            seq_len < 2
+            or docs_per_pack < 1
+            or seed < 0
+            or shuffle_window < 1
+            or (batch_size is not None and batch_size < 1)
+        ):
             raise ValueError(
                 "seq_len must be at least 2 and docs_per_pack, shuffle_window and batch_size "
                 f"positive (seed non-negative), got seq_len={seq_len}, "
@@ -93,7 +100,8 @@ class OnlineDataset(torch.utils.data.IterableDataset[Sample], OpenSets[TextShard
         self.spec, self.tokenizer = spec, tokenizer
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.seq_len, self.shuffle_window = seq_len, shuffle_window
-        self.batch_size, self.docs_per_pack = batch_size, docs_per_pack
+        self.docs_per_pack = docs_per_pack
+        self.batch_size, self.batch_size_chosen_by = placement_batch_size(batch_size)
         self._hold([TextShards(t.directory, t.manifest, remote=t.remote) for t in texts], texts)
         sizes = [len(t) for t in self._sets]
         self._weights = spec.integer_weights(sizes)

@@ -114,6 +114,14 @@ def worker_serves(k: IntArray, chunk: int, worker: int, num_workers: int) -> npt
     return np.asarray((k // chunk) % num_workers == worker)
 
 
+def placement_batch_size(batch_size: int | None) -> tuple[int, str | None]:
+    """The chunk a dataset places samples on workers by, and who chose it: `make_dataset`, or
+    nobody yet (None: samples are placed one by one until `make_loader` sets its batch size)."""
+    if batch_size is None:
+        return 1, None
+    return batch_size, f"make_dataset(batch_size={batch_size})"
+
+
 def resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """(rank, world_size): explicit, else torch.distributed, else RANK/WORLD_SIZE, else 0/1."""
     if rank is None or world_size is None:

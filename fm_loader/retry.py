@@ -47,9 +47,13 @@ _TRANSIENT_ERRNOS = {
     errno.ENETDOWN,
     errno.EAGAIN,
 }
-# How pyarrow's S3 client (AWS SDK), botocore and libpq spell failures that can pass.
+# How pyarrow's S3 client (AWS SDK), botocore and libpq spell failures that can pass. The AWS
+# SDK names a GetObject failure by its error type only ("AWS Error SERVICE_UNAVAILABLE during
+# GetObject operation: "), often with an empty message: a 500, a 503 and a SlowDown answer read
+# that way, so the types are matched, not only the S3 codes and HTTP statuses.
 _TRANSIENT_TEXT = re.compile(
-    r"NETWORK_CONNECTION|curlCode|Connection reset|connection reset|Connection refused"
+    r"AWS Error (?:INTERNAL_FAILURE|SERVICE_UNAVAILABLE|SLOW_DOWN|THROTTLING|REQUEST_TIMEOUT)\b"
+    r"|NETWORK_CONNECTION|curlCode|Connection reset|connection reset|Connection refused"
     r"|Broken pipe|timed out|Timeout|RequestTimeout|SlowDown|Throttl|TooManyRequests"
     r"|ServiceUnavailable|InternalError|HTTP response code: 5\d\d|HTTP status 5\d\d"
     r"|server closed the connection|could not connect to server|connection to server"
@@ -87,13 +91,15 @@ def _is_sql_disconnect(exc: BaseException) -> bool:
     return False
 
 
+# A 404: HeadObject's is a FileNotFoundError, GetObject's a plain OSError naming the SDK's type
+# (NO_SUCH_KEY when the answer's XML was read, RESOURCE_NOT_FOUND when it was not).
+_MISSING_TEXT = re.compile(r"NoSuchKey|NO_SUCH_KEY|RESOURCE_NOT_FOUND|Path does not exist")
+
+
 def _is_missing(exc: BaseException) -> bool:
     if isinstance(exc, FileNotFoundError):
         return True
-    # pyarrow's S3 client reports a missing key as a plain OSError.
-    return isinstance(exc, OSError) and (
-        "NoSuchKey" in str(exc) or "Path does not exist" in str(exc)
-    )
+    return isinstance(exc, OSError) and bool(_MISSING_TEXT.search(str(exc)))
 
 
 def with_retries(

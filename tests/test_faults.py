@@ -1,9 +1,11 @@
-"""Faults of the environment lose nothing: a real S3 server behind a proxy that resets connections.
+"""Faults of the environment lose nothing: a real S3 server behind a proxy that injects them.
 
 The landing zone is on SeaweedFS (loopback); every read of a landed file goes through a TCP proxy
-that can cut answers halfway and reset the connection, as a flaky network or an overloaded store
-does. A read that fails that way is retried and never becomes a quarantine row; when the store
-stays down the stage fails, commits nothing, and the rerun reads every record.
+that can cut answers halfway and reset the connection, answer a read with a 500, a 503 or a
+throttling SlowDown, say a landed object does not exist (404 NoSuchKey), or never answer (the
+client's read timeout), as a flaky network, an overloaded store or a lagging replica does. A read
+that fails that way is retried and never becomes a quarantine row; when the store stays down the
+stage fails, commits nothing, and the rerun reads every record.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import bookkeeping, catalog
 from fm_loader.retry import StorageUnavailable
 from tests.conftest import WARC_DIR, ray_workers_with
+from tests.services import flaky_proxy as faults
 from tests.services.flaky_proxy import FlakyProxy, flaky_proxy
 from tests.services.s3 import S3Server
 
@@ -29,6 +32,10 @@ pytestmark = pytest.mark.slow
 # Two real crawls in one multi-member file, read in several byte-range parts.
 WARCS = [WARC_DIR / "wget-sample-0000.warc.gz", WARC_DIR / "wget-sample-0001.warc.gz"]
 PART_BYTES = 256 << 10
+# Reads of the landed crawl answered with the fault: more than the S3 client's own attempts (the
+# AWS SDK tries a request 3 times), fewer than `with_retries`' 6, so the platform's retries are
+# what carries the stage through.
+FAULTED_READS = 5
 
 
 @dataclass(frozen=True)
@@ -137,3 +144,26 @@ def test_a_store_that_stays_down_fails_the_stage_and_the_rerun_reads_everything(
     flaky_landing.proxy.heal()
     run_stage(settings, "raw_documents", batch_id)
     assert _outcome(settings, batch_id) == clean_outcome
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [faults.HANG, faults.HTTP_500, faults.HTTP_503, faults.SLOW_DOWN, faults.NO_SUCH_KEY],
+    ids=lambda fault: fault.name,
+)
+def test_reads_of_landed_files_answered_with_errors_or_never_lose_no_record(
+    fault: faults.Fault, flaky_landing: FlakyLanding, clean_outcome: RawOutcome
+) -> None:
+    """The first reads (GETs) of the landed crawl time out, fail with a 5xx or throttling
+    answer, or find no such key although the manifest lists it: every record still arrives
+    and the fault causes no quarantine row."""
+    proxy = flaky_landing.proxy
+    proxy.answer_next(fault, FAULTED_READS, key="crawl.warc.gz", methods=("GET",))
+    run_stage(flaky_landing.settings, "raw_documents", flaky_landing.batch_id)
+
+    assert proxy.unanswered() == 0, "the landed file was read fewer times than faults planned"
+    if fault is faults.HANG:
+        # Each hung read was given up by the client (its read timeout), not closed by the proxy.
+        assert proxy.hangs_given_up == FAULTED_READS
+    # Every kept record and every quarantine row equal the clean run's: none lost, none added.
+    assert _outcome(flaky_landing.settings, flaky_landing.batch_id) == clean_outcome

@@ -173,3 +173,28 @@ def test_the_batch_size_that_places_samples_is_given_once(web: Built) -> None:
     loader = make_loader(dataset)
     first = next(iter(loader))
     assert loader.batch_size == 4 and len(first["input_ids"]) == 4
+
+
+def test_a_dataset_whose_batch_size_was_not_chosen_takes_the_loaders(web: Built) -> None:
+    expected = [s["sample_index"] for s in make_dataset(str(web.directory), seed=4)]
+    dataset = make_dataset(str(web.directory), seed=4)  # batch_size left out: not chosen
+    loader = make_loader(dataset, batch_size=8, num_workers=2)
+    batches = list(loader)
+    assert loader.batch_size == dataset.batch_size == 8
+    assert {len(b["input_ids"]) for b in batches[:-1]} == {8}
+    # Two workers took whole batches of 8 in turn: the trainer still got the stream in order.
+    assert [i for b in batches for i in b["sample_index"].tolist()] == expected
+    # Chosen now: a loader asking for another size is refused, naming both and who chose.
+    with pytest.raises(
+        ValueError,
+        match=r"make_loader\(batch_size=4\).*is 8, chosen by .*make_loader\(batch_size=8\)",
+    ):
+        make_loader(dataset, batch_size=4)
+
+
+def test_a_batch_size_chosen_for_the_dataset_is_never_changed_by_the_loader(web: Built) -> None:
+    dataset = make_dataset(str(web.directory), seed=4, batch_size=1)  # chosen, if the smallest
+    with pytest.raises(ValueError, match=r"make_loader\(batch_size=8\).*batch_size=1\).*once"):
+        make_loader(dataset, batch_size=8)
+    assert dataset.batch_size == 1
+    assert make_loader(dataset, batch_size=1).batch_size == 1

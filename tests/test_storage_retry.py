@@ -40,8 +40,36 @@ def _no_sleep(_: float) -> None:
         OSError("AWS Error NETWORK_CONNECTION during GetObject operation: curlCode: 56"),
         OSError("AWS Error SLOW_DOWN during PutObject operation: SlowDown"),
         OSError("When reading: HTTP response code: 503 ServiceUnavailable"),
+        # As pyarrow 26's S3 client words GetObject failures (seen through the fault proxy in
+        # tests/test_faults.py): the SDK's error type, often with an empty message.
+        OSError("AWS Error INTERNAL_FAILURE during GetObject operation: "),
+        OSError("AWS Error SERVICE_UNAVAILABLE during GetObject operation: "),
+        OSError(
+            "AWS Error SLOW_DOWN during GetObject operation: Please reduce your request rate. "
+            "(Request ID: fm-flaky-proxy)"
+        ),
+        OSError(
+            "When reading information for key 'a' in bucket 'b': AWS Error UNKNOWN "
+            "(HTTP status 503) during HeadObject operation: No response body."
+        ),
+        OSError(
+            "AWS Error NETWORK_CONNECTION during GetObject operation: curlCode: 28, Timeout was "
+            "reached; Details: Operation too slow. Less than 1 bytes/sec transferred the last 3 "
+            "seconds"
+        ),
     ],
-    ids=["reset", "timeout", "s3-network", "s3-throttled", "s3-503"],
+    ids=[
+        "reset",
+        "timeout",
+        "s3-network",
+        "s3-throttled",
+        "s3-503",
+        "get-500",
+        "get-503",
+        "get-slowdown",
+        "head-503",
+        "read-timeout",
+    ],
 )
 def test_transient_failures_are_retried_until_they_pass(error: BaseException) -> None:
     operation = Flaky(error, failures=3)
@@ -80,9 +108,23 @@ def test_a_failure_that_persists_fails_loudly_naming_what_and_what_to_do() -> No
     assert len(delays) == 5 and delays[-1] > delays[0] * 4
 
 
-def test_a_promised_object_not_found_yet_is_retried_then_named_as_missing() -> None:
-    eventually = Flaky(FileNotFoundError("landing/a.warc.gz"), failures=2)
+@pytest.mark.parametrize(
+    "error",
+    [
+        FileNotFoundError("landing/a.warc.gz"),  # HeadObject's 404
+        OSError("AWS Error NO_SUCH_KEY during GetObject operation: The specified key does not"),
+        OSError("AWS Error RESOURCE_NOT_FOUND during GetObject operation: "),  # body unread
+    ],
+    ids=["head-404", "get-nosuchkey", "get-404"],
+)
+def test_a_promised_object_not_found_yet_is_retried_then_named_as_missing(
+    error: OSError,
+) -> None:
+    eventually = Flaky(error, failures=2)
     assert with_retries(eventually, what="reading a", must_exist=True, sleep=_no_sleep) == "done"
+    unpromised = Flaky(error, failures=1)
+    with pytest.raises(type(error)):
+        with_retries(unpromised, what="reading a", sleep=_no_sleep)
 
     gone = Flaky(FileNotFoundError("landing/a.warc.gz"), failures=100)
     with pytest.raises(StorageUnavailable, match="listed as present but cannot be found"):

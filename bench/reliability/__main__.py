@@ -8,7 +8,9 @@
    stage, the version cut, the shard-set build) and of Ray workers mid-stage; each round's rerun
    compared with an uninterrupted run (tables, version hash, shard checksums, lineage);
 2. faults of the environment on a real S3 server (SeaweedFS) behind a proxy: resets mid-answer,
-   a store down then back, cut downloads and a stalled re-fetch in the loader;
+   reads that hang past the client's timeout, 500, 503 and SlowDown answers, a landed object
+   reported missing (404), a store down then back, cut downloads and a stalled re-fetch in the
+   loader;
 3. corrupt bytes: one bit flipped in files of every kind a version stands on, found by
    `fm verify` (and the loader) naming the file;
 4. fuzzing: seeded mutations through every reader, the raw and extract stages and the manifest

@@ -1,6 +1,8 @@
 """Faults of the environment, injected on the wire: a real S3 server (SeaweedFS, loopback)
-behind a proxy that cuts answers with a reset, refuses everything for a while, or holds every
-answer; the raw stage reads landed files through it and the loader downloads shard sets."""
+behind a proxy that cuts answers with a reset, answers reads itself (a 500, a 503, a throttling
+SlowDown, a 404 for a landed object, or nothing until the client's read timeout), refuses
+everything for a while, or holds every answer; the raw stage reads landed files through it and
+the loader downloads shard sets."""
 
 from __future__ import annotations
 
@@ -19,12 +21,23 @@ from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog
 from fm_loader import make_dataset, make_loader
 from fm_loader.retry import StorageUnavailable
-from tests.services.flaky_proxy import FlakyProxy, flaky_proxy
+from tests.services import flaky_proxy as proxy_faults
+from tests.services.flaky_proxy import Fault, FlakyProxy, flaky_proxy
 from tests.services.s3 import S3Server, seaweedfs_s3
 from tests.shard_sets import Built, build, synthetic_docs
 
 CRAWLS = [WARC_DIR / "wget-sample-0000.warc.gz", WARC_DIR / "wget-sample-0001.warc.gz"]
 RESETS_PER_RUN = 8
+# GETs of the landed crawl answered by the proxy per run: more than the S3 client's own attempts
+# (3), fewer than the platform's (`with_retries`: 6), so the platform's retries carry the stage.
+ANSWERED_PER_RUN = 5
+ANSWERED = [
+    (proxy_faults.HANG, "read hangs past the client's read timeout"),
+    (proxy_faults.HTTP_500, "HTTP 500 InternalError"),
+    (proxy_faults.HTTP_503, "HTTP 503 ServiceUnavailable"),
+    (proxy_faults.SLOW_DOWN, "throttling: HTTP 503 SlowDown"),
+    (proxy_faults.NO_SUCH_KEY, "404 NoSuchKey for a landed object"),
+]
 
 
 @dataclass
@@ -93,6 +106,10 @@ def measure(workdir: Path, rounds: int) -> list[Kind]:
     run_stage(clean_settings, "raw_documents", clean_batch)
     clean = _outcome(clean_settings, clean_batch)
     resets = Kind("connection reset mid-answer", "landed-file reads of the raw stage")
+    answered = [
+        (fault, Kind(name, f"first {ANSWERED_PER_RUN} GETs of the landed file, raw stage"))
+        for fault, name in ANSWERED
+    ]
     down = Kind("store down (every request reset)", "the raw stage fails; rerun once healed")
     cut = Kind("connection reset mid-download", "loader downloading a shard set")
     held = Kind("store stops answering (stall)", "loader re-fetching a damaged cached shard")
@@ -106,10 +123,13 @@ def measure(workdir: Path, rounds: int) -> list[Kind]:
             for round_ in range(rounds):
                 log(f"faults: round {round_ + 1}/{rounds}")
                 _resets(workdir / f"resets-{round_}", s3, proxy, crawl, clean, resets)
+                for fault, kind in answered:
+                    home = workdir / f"{fault.name.lower()}-{round_}"
+                    _answered(home, s3, proxy, crawl, clean, fault, kind)
                 _down(workdir / f"down-{round_}", s3, proxy, crawl, clean, down)
                 _download(workdir / f"cut-{round_}", proxy, uri, local, cut)
                 _stall(workdir / f"held-{round_}", proxy, uri, local, held)
-    return [resets, down, cut, held]
+    return [resets, *(kind for _, kind in answered), down, cut, held]
 
 
 def _resets(
@@ -122,6 +142,26 @@ def _resets(
     run_stage(settings, "raw_documents", batch)
     proxy.heal()
     kind.injected += proxy.injected - before
+    _count(kind, _outcome(settings, batch), clean)
+
+
+def _answered(
+    home: Path,
+    s3: S3Server,
+    proxy: FlakyProxy,
+    crawl: Path,
+    clean: Outcome,
+    fault: Fault,
+    kind: Kind,
+) -> None:
+    settings = _settings(home, s3, proxy)
+    batch = _landed(settings, crawl)
+    proxy.answer_next(fault, ANSWERED_PER_RUN, key=crawl.name, methods=("GET",))
+    try:
+        run_stage(settings, "raw_documents", batch)
+    finally:
+        kind.injected += ANSWERED_PER_RUN - proxy.unanswered()
+        proxy.heal()
     _count(kind, _outcome(settings, batch), clean)
 
 
@@ -208,8 +248,11 @@ def section(kinds: list[Kind]) -> str:
         "",
         "A real S3 server (SeaweedFS on loopback) behind a TCP proxy that injects the fault; "
         "the raw stage reads the two shared wget crawls (one multi-member file, 256 KB parts) "
-        "from it, the loader a 300-document synthetic shard set. Records are compared with a "
-        "clean run on a local store (every kept record and every quarantine row).",
+        "from it, the loader a 300-document synthetic shard set. Answered faults: the proxy "
+        f"answers the first {ANSWERED_PER_RUN} GETs of the landed file itself, more than the "
+        "S3 client's own 3 attempts, so the platform's retries carry the stage. Records are "
+        "compared with a clean run on a local store (every kept record and every quarantine "
+        "row).",
         "",
         "| fault | where | injected | runs | records to deliver | lost (goal 0) | "
         "quarantined by the fault (goal 0) |",

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 from fm_assets.checks.outcome import CheckOutcome
 from fm_assets.settings import Settings
 from fm_assets.storage.landing import read_manifest
-from fm_assets.storage.objectstore import open_object_store
+from fm_assets.storage.objectstore import ObjectStore, open_object_store
+from fm_loader.retry import with_retries
+
+
+def _digest(store: ObjectStore, key: str) -> tuple[str, int]:
+    """sha256 and size of an object, read whole (a retry starts it again)."""
+    digest = hashlib.sha256()
+    size = 0
+    with store.open_input(key) as f:
+        while chunk := f.read(8 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
 
 
 def files_match_manifest(settings: Settings, batch_id: str) -> CheckOutcome:
@@ -18,13 +31,12 @@ def files_match_manifest(settings: Settings, batch_id: str) -> CheckOutcome:
         if not store.exists(landed.key):
             problems.append(f"{landed.name}: missing")
             continue
-        digest = hashlib.sha256()
-        size = 0
-        with store.open_input(landed.key) as f:
-            while chunk := f.read(8 << 20):
-                digest.update(chunk)
-                size += len(chunk)
-        if size != landed.size or digest.hexdigest() != landed.sha256:
+        sha256, size = with_retries(
+            functools.partial(_digest, store, landed.key),
+            what=f"reading {store.uri(landed.key)}",
+            must_exist=True,  # the manifest lists it, and it was just found
+        )
+        if size != landed.size or sha256 != landed.sha256:
             problems.append(f"{landed.name}: content differs from the manifest")
     return CheckOutcome(
         "files_match_manifest",

@@ -76,12 +76,15 @@ def build_landing_sensor(job: UnresolvedAssetJobDefinition) -> dg.SensorDefiniti
     def new_landing_batch_sensor(
         context: dg.SensorEvaluationContext, fm: FmPlatform
     ) -> dg.SensorResult:
+        # A killed `fm run` leaves its run STARTED, holding pool slots: failed here on every
+        # tick, new batches or not, so its slots are freed and its batch is not skipped.
+        reap_dead_runs(
+            context.instance, context.log.info, by="new_landing_batch_sensor (the daemon)"
+        )
         entries = published_log(open_object_store(fm.settings()), after=context.cursor)
         if not entries:
             return dg.SensorResult(skip_reason="no new landing batch")
         batch_ids = list(dict.fromkeys(batch_id for _, batch_id in entries))
-        # A killed `fm run` leaves its run STARTED: failed here, so its batch is not skipped.
-        reap_dead_runs(context.instance, context.log.info)
         # A batch `fm run` processed (or is processing) gets its partition but no second run.
         todo = [b for b in batch_ids if not processed_or_in_progress(context.instance, b)]
         return dg.SensorResult(

@@ -76,7 +76,8 @@ def materialize(
     }
     defs = build_definitions()
     instance = dagster_instance(settings)
-    reap_dead_runs(instance, log)  # a killed earlier run must not hold slots forever
+    # A killed earlier run must not hold slots forever.
+    reap_dead_runs(instance, log, by="a later fm command, before starting its run")
     invocation = uuid.uuid4().hex
     with SlotWatch(instance, invocation, log):
         result = _materialize(defs, keys, partition_key, instance, config, tags, invocation)

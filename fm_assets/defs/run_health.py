@@ -5,8 +5,10 @@ laptop), it leaves its run STARTED in run storage, holding slots of the `ray` po
 daemon nothing would ever notice, and the next run would wait for those slots forever, silently.
 Each run the command starts is tagged with the pid, host and start time of its process; before
 starting a run, `reap_dead_runs` fails every run of this host whose process is no longer there
-(the start time guards against a reused pid) and frees the slots of runs that have ended. While a
-run waits for a pool slot, `SlotWatch` says which run holds it and since when.
+(the start time guards against a reused pid) and frees the slots of runs that have ended; the
+daemon's landing sensor does the same on every tick. While a run waits for a pool slot,
+`SlotWatch` says which run holds it and since when, and reaps again: a holder that dies while
+others wait for its slots wedges nothing either.
 """
 
 from __future__ import annotations
@@ -64,10 +66,11 @@ def _process_gone(tags: dict[str, str]) -> bool:
     return bool(tags.get(PROCESS_START_TAG)) and started != tags[PROCESS_START_TAG]
 
 
-def reap_dead_runs(instance: dg.DagsterInstance, log: Log) -> list[str]:
+def reap_dead_runs(instance: dg.DagsterInstance, log: Log, by: str) -> list[str]:
     """Fail the unfinished runs of this host whose process is gone; free slots of ended runs.
 
-    Returns the ids of the runs marked failed.
+    `by` names who does it in the failure's message (the run's page in the UI says who marked
+    it failed). Returns the ids of the runs marked failed.
     """
     reaped = []
     for run in instance.get_runs(dg.RunsFilter(statuses=_UNFINISHED)):
@@ -77,7 +80,7 @@ def reap_dead_runs(instance: dg.DagsterInstance, log: Log) -> list[str]:
         instance.report_run_failed(
             run,
             f"the process that ran it (pid {pid} on {host}) is gone: killed or crashed; "
-            "marked failed and its pool slots freed by a later fm command",
+            f"marked failed and its pool slots freed by {by}",
         )
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         log(
@@ -123,7 +126,8 @@ def slot_holders(instance: dg.DagsterInstance, pool: str) -> list[str]:
 
 
 class SlotWatch:
-    """While a run (found by its invocation tag) waits for a pool slot, say who holds it."""
+    """While a run (found by its invocation tag) waits for a pool slot, say who holds it; fail
+    holders whose process died meanwhile, freeing their slots."""
 
     def __init__(
         self, instance: dg.DagsterInstance, invocation: str, log: Log, every_s: float = 10.0
@@ -167,6 +171,8 @@ class SlotWatch:
             ]
             if not waiting:
                 continue
+            if reap_dead_runs(self._instance, self._log, by="an fm command waiting for its slots"):
+                continue  # their slots are free: the run claims them at its next try
             holders = slot_holders(self._instance, pool)
             message = (
                 f"{', '.join(waiting)} waiting for a slot of pool {pool!r} "

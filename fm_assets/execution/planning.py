@@ -15,6 +15,7 @@ from fm_assets.settings import Settings
 from fm_assets.stages.raw import LANDED_PARTS
 from fm_assets.storage.landing import BatchManifest, LandedFile
 from fm_assets.storage.objectstore import filesystem_for, open_object_store
+from fm_loader.retry import with_retries
 
 T = TypeVar("T")
 SLICES_PER_CPU = 4  # several per CPU: one slow slice then holds up the stage less at the end
@@ -65,12 +66,19 @@ def splittable(landed: LandedFile) -> str | None:
 def split_points(
     uri: str, kind: str, size: int, part_bytes: int, s3_endpoint: str | None
 ) -> list[int]:
-    """Where one landed file's parts start (runs on a worker: gzip files are read once)."""
+    """Where one landed file's parts start (runs on a worker: gzip files are read once).
+
+    Read whole or retried whole, like the raw stage's parts: the landing manifest lists the file,
+    so a failure to read it (even "not found") is the store's, not the file's."""
     fs, path = filesystem_for(uri, s3_endpoint)
-    with fs.open_input_file(path) as stream:
-        if kind == "gzip":
-            return gzip_split_points(stream, part_bytes)  # type: ignore[arg-type]
-        return line_split_points(stream, size, part_bytes)  # type: ignore[arg-type]
+
+    def find() -> list[int]:
+        with fs.open_input_file(path) as stream:
+            if kind == "gzip":
+                return gzip_split_points(stream, part_bytes)  # type: ignore[arg-type]
+            return line_split_points(stream, size, part_bytes)  # type: ignore[arg-type]
+
+    return with_retries(find, what=f"reading {uri} to split it", must_exist=True)
 
 
 def landed_parts(
