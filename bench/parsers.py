@@ -1,6 +1,7 @@
 """Parsers benchmark: fastwarc vs warcio on the shared archives, resiliparse vs trafilatura on
-the article-extraction benchmark. One run, every figure from that run, written to
-`bench/results/parsers.md` and stamped with the commit it ran on.
+the article-extraction benchmark.
+
+One run, every figure from that run, written to `bench/results/parsers.md`:
 
 1. WARC: our reader (`FileRecordReader`) with warcio and with fastwarc, next to each library's
    own fastest public loop (warcio `ArchiveIterator` + `content_stream().read()`; fastwarc
@@ -8,53 +9,48 @@ the article-extraction benchmark. One run, every figure from that run, written t
    in-memory bytes of every shared WARC/WET/ARC (edge cases included). Whether both readers
    give the same items is checked on every file of the run.
 2. Extraction: token precision, recall and F1 against `articleBody` (macro, as
-   `bench/eval_extraction.py` computes the headline) of `ExtractStage.process` with each
+   `bench.extraction` computes its headline) of `ExtractStage.process` with each
    extractor and of the raw library calls; pages/s side by side.
 
 Both sections interleave their contestants in rotating order, repeat, and report medians of CPU
 seconds (the machine is shared; wall seconds are shown too) and ratios within the same repeat.
 
-    PYTHONPATH=. .venv/bin/python bench/parsers.py [--repeats N] [--output FILE]
+    python -m bench.parsers                 # full run (~1-2 min on 2 cores)
+    python -m bench.parsers --quick         # one repeat, not three
+    python -m bench.parsers --repeats 5 --output /tmp/parsers.md
+
+The data is read in place from `../shared/data` (`warc/`, `extraction/`). Nothing is asserted.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import datetime as dt
-import importlib.metadata
 import io
 import os
-import statistics
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-import pyarrow as pa
-
-from bench.eval_extraction import Page, load_pages, raw_documents_table, scores, token_overlap
+from bench.extraction.pages import Page, load_pages, raw_documents_table, stage_texts
+from bench.extraction.scores import scores, token_overlap
+from bench.harness import (
+    RESULTS,
+    WARC_DIR,
+    RunStart,
+    Stamp,
+    log,
+    median,
+    parser,
+    rerun_command,
+    rotation,
+    write_report,
+)
 from fm_assets.formats import FileRecordReader, ParsedRecord
 from fm_assets.stages.extract import ExtractStage, resiliparse_text, trafilatura_text
 
-REPO = Path(__file__).resolve().parents[1]
-WARC_DIR = REPO.parent / "shared" / "data" / "warc"
-DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "parsers.md"
 CHUNK_PAGES = 20
 DOCUMENT_TYPES = ("response", "resource", "conversion")
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def commit_stamp() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout
-
-    dirty = " plus uncommitted changes" if git("status", "--porcelain", "--", "fm_assets") else ""
-    return f"`{git('rev-parse', '--short', 'HEAD').strip()}`{dirty}"
+LIBRARIES = ("fastwarc", "warcio", "resiliparse", "trafilatura", "lxml", "pyarrow")
 
 
 @dataclass
@@ -81,16 +77,12 @@ class Clock:
             runs[repeat] += took
 
     def median(self, name: str, wall: bool = False) -> float:
-        return statistics.median((self.wall if wall else self.cpu)[name])
+        return median((self.wall if wall else self.cpu)[name])
 
     def ratio(self, slower: str, faster: str) -> float:
         """Median over repeats of slower's CPU s / faster's CPU s: faster's speed-up."""
         pairs = zip(self.cpu[slower], self.cpu[faster], strict=True)
-        return statistics.median(a / b for a, b in pairs)
-
-
-def rotate(names: Sequence[str], step: int) -> list[str]:
-    return [names[(i + step) % len(names)] for i in range(len(names))]
+        return median([a / b for a, b in pairs])
 
 
 # ------------------------------------------------------------------------------------- WARC
@@ -137,8 +129,9 @@ WARC_CONTESTANTS = {
 }
 
 
-def bench_warc(repeats: int) -> list[str]:
-    files = {p.name: p.read_bytes() for p in sorted(WARC_DIR.rglob("*")) if p.is_file()}
+def compare_readers(files: dict[str, bytes]) -> tuple[list[bool], list[str], int]:
+    """Per file whether both readers give the same items; the files fastwarc handed to warcio
+    (and from which record); the archive records counted by warcio."""
     same, handed = [], []
     records = 0
     for name, data in files.items():
@@ -151,20 +144,27 @@ def bench_warc(repeats: int) -> list[str]:
         records += len(expected) + reference.skipped_non_documents
         if fast.stats.warcio_from_record is not None:
             handed.append(f"`{name}` (record #{fast.stats.warcio_from_record})")
-    documents = {
-        n: sum(read(f, d) for f, d in files.items()) for n, read in WARC_CONTESTANTS.items()
-    }
-    parsed = sum(
-        isinstance(item, ParsedRecord)
-        for name, data in files.items()
-        for item in FileRecordReader(name, io.BytesIO(data))
-    )
-    clock = Clock.new()
-    names = list(WARC_CONTESTANTS)
+    return same, handed, records
+
+
+def bench_warc(repeats: int) -> list[str]:
+    files = {p.name: p.read_bytes() for p in sorted(WARC_DIR.rglob("*")) if p.is_file()}
+    arcs = [name for name in files if name.endswith((".arc", ".arc.gz"))]
     with open(os.devnull, "w") as devnull, contextlib.redirect_stderr(devnull):  # warcio warns
+        same, handed, records = compare_readers(files)
+        documents = {
+            n: sum(read(f, d) for f, d in files.items()) for n, read in WARC_CONTESTANTS.items()
+        }
+        parsed = sum(
+            isinstance(item, ParsedRecord)
+            for name, data in files.items()
+            for item in FileRecordReader(name, io.BytesIO(data))
+        )
+        clock = Clock.new()
+        names = list(WARC_CONTESTANTS)
         for repeat in range(repeats):
             for step in range(10):  # ten passes over every file per repeat, order rotating
-                for name in rotate(names, repeat + step):
+                for name in rotation(names, repeat + step):
                     read = WARC_CONTESTANTS[name]
                     clock.time(name, lambda r=read: [r(f, d) for f, d in files.items()], repeat)
     megabytes = sum(map(len, files.values())) / 1e6
@@ -175,8 +175,9 @@ def bench_warc(repeats: int) -> list[str]:
         f"stored, {records} archive records, {parsed} documents by our reader. "
         f"**Same items from both readers: {sum(same)}/{len(files)} files** (content, type, URL, "
         f"charset, rule and reason of every item, and the skipped non-documents). fastwarc read "
-        f"{len(files) - len(handed) - 1} files to the end; warcio read on in "
-        f"{', '.join(handed)}, and read the ARC file alone.",
+        f"{len(files) - len(handed) - len(arcs)} files to the end; warcio read on in "
+        f"{', '.join(handed) or 'no file'}, and read the ARC "
+        f"{', '.join(f'`{a}`' for a in arcs) or '(none)'} alone.",
         "",
         "| contestant | items/pass | CPU ms/pass | wall ms/pass | MB/s (CPU) | records/s (CPU) |",
         "|---|--:|--:|--:|--:|--:|",
@@ -201,14 +202,6 @@ def bench_warc(repeats: int) -> list[str]:
 # ------------------------------------------------------------------------------- Extraction
 
 
-def stage_texts(extractor: str, table: pa.Table) -> dict[str, str | None]:
-    result = ExtractStage(extractor=extractor).process(table)
-    kept = result.kept
-    return dict(
-        zip(kept.column("external_id").to_pylist(), kept.column("text").to_pylist(), strict=True)
-    )
-
-
 def raw_loop(
     extract: Callable[[str, str | None], str | None],
 ) -> Callable[[Sequence[Page]], dict[str, str | None]]:
@@ -228,8 +221,8 @@ def bench_extraction(repeats: int) -> list[str]:
     pages = load_pages()
     table = raw_documents_table(pages)
     quality = {
-        "stage, trafilatura (default)": stage_texts("trafilatura", table),
-        "stage, resiliparse": stage_texts("resiliparse", table),
+        "stage, trafilatura (default)": stage_texts(ExtractStage(), table)[0],
+        "stage, resiliparse": stage_texts(ExtractStage(extractor="resiliparse"), table)[0],
         "raw `trafilatura_text`": raw_loop(trafilatura_text)(pages),
         "raw `resiliparse_text` (stage options)": raw_loop(resiliparse_text)(pages),
         "raw `extract_plain_text(main_content=True)` (library defaults)": raw_loop(
@@ -238,10 +231,10 @@ def bench_extraction(repeats: int) -> list[str]:
     }
     lines = [
         f"{len(pages)} pages, {sum(len(p.raw) for p in pages) / 1e6:.1f} MB of HTML. Macro: P and "
-        "R averaged over pages, F1 their harmonic mean (the headline of "
-        "`bench/eval_extraction.py`); "
-        "micro: tokens summed first. The resiliparse options (no alt texts, list bullets or "
-        "comments) were chosen on this same benchmark: an in-sample choice.",
+        "R averaged over pages, F1 their harmonic mean (the headline of `bench.extraction`, "
+        "`bench/extraction/scores.py`); micro: tokens summed first. The resiliparse options "
+        "(no alt texts, list bullets or comments) were chosen on this same benchmark: an "
+        "in-sample choice.",
         "",
         "| extractor | macro P | macro R | macro F1 | micro F1 | empty |",
         "|---|--:|--:|--:|--:|--:|",
@@ -266,11 +259,11 @@ def bench_extraction(repeats: int) -> list[str]:
     names = list(runs)
     for repeat in range(repeats):
         for index, chunk in enumerate(chunks):
-            for name in rotate(names, repeat + index):
+            for name in rotation(names, repeat + index):
                 clock.time(name, lambda n=name, c=chunk: runs[n](c), repeat)
     lines += [
         "",
-        f"Speed: {repeats} repeats; each walks the pages in chunks of {CHUNK_PAGES}, the four "
+        f"Speed: repeats {repeats}; each walks the pages in chunks of {CHUNK_PAGES}, the four "
         "contestants back to back on each chunk in rotating order. The stage rows include "
         "everything `process` does (decoding, junk check, timeout, Arrow tables).",
         "",
@@ -294,43 +287,41 @@ def bench_extraction(repeats: int) -> list[str]:
     return lines
 
 
-def versions() -> str:
-    names = ("fastwarc", "warcio", "resiliparse", "trafilatura", "lxml", "pyarrow")
-    return ", ".join(f"{n} {importlib.metadata.version(n)}" for n in names)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    args = parser.parse_args()
-    started, load_start = time.perf_counter(), os.getloadavg()[0]
+def main(argv: Sequence[str] | None = None) -> None:
+    cli = parser(
+        "bench.parsers",
+        __doc__.split("\n\n")[0].replace("\n", " "),
+        RESULTS / "parsers.md",
+        "one repeat, not three",
+    )
+    cli.add_argument("--repeats", type=int, help="repeats (default 3, quick 1; WARC twice that)")
+    args = cli.parse_args(argv)
+    repeats = args.repeats or (1 if args.quick else 3)
+    run_start = RunStart.now(rerun_command(cli, argv))
     log("WARC readers")
-    warc = bench_warc(args.repeats * 2)
+    warc = bench_warc(repeats * 2)
     log("extractors")
-    extraction = bench_extraction(args.repeats)
-    minutes = (time.perf_counter() - started) / 60
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    report = [
-        "# Parsers: fastwarc vs warcio, resiliparse vs trafilatura",
-        "",
-        f"Written by `bench/parsers.py` on commit {commit_stamp()}, {stamp}; the run took "
-        f"{minutes:.1f} min and every figure below comes from it. Machine: {os.cpu_count()} "
-        f"cores, shared with other tenants: load average (1 min) {load_start:.1f} at the start, "
-        f"{os.getloadavg()[0]:.1f} at the end; read the ratios, measured side by side. "
-        f"{versions()}.",
-        "",
-        "## 1. WARC parsing",
-        "",
-        *warc,
-        "",
-        "## 2. HTML extraction",
-        "",
-        *extraction,
-        "",
-    ]
-    args.output.write_text("\n".join(report))
-    log(f"wrote {args.output}")
+    extraction = bench_extraction(repeats)
+    write_report(args.output, report(run_start.finish(LIBRARIES), warc, extraction))
+
+
+def report(stamp: Stamp, warc: list[str], extraction: list[str]) -> str:
+    return "\n".join(
+        [
+            "# Parsers: fastwarc vs warcio, resiliparse vs trafilatura",
+            "",
+            f"{stamp.header()} {stamp.machine_line()} Every figure below comes from this run. "
+            "The machine is shared with other tenants: read the ratios, measured side by side.",
+            "",
+            "## 1. WARC parsing",
+            "",
+            *warc,
+            "",
+            "## 2. HTML extraction",
+            "",
+            *extraction,
+        ]
+    )
 
 
 if __name__ == "__main__":
