@@ -50,6 +50,9 @@ class Settings:
     shared_data: Path = Path("../shared/data")
     # postgresql://... for Dagster's run/event/schedule storage; None: SQLite under FM_HOME.
     dagster_pg_url: str | None = field(default=None, repr=False)
+    # Warm Ray workers that outlive a command (execution/warm_pool.py): "auto" (one per CPU of
+    # the local Ray, none on a cluster), or how many ("0": plain tasks).
+    warm_workers: str = "auto"
 
     @property
     def dagster_home(self) -> Path:
@@ -91,6 +94,12 @@ def _check_formats(env: dict[str, str]) -> None:
                 f"RAY_ADDRESS {ray_address!r} is not HOST:PORT (a cluster's GCS, e.g. "
                 "ray-head:6379) or ray://HOST:PORT (Ray Client, e.g. ray://ray-head:10001)"
             )
+    warm = env.get("FM_WARM_WORKERS") or "auto"
+    if warm != "auto" and not warm.isdigit():
+        raise ValueError(
+            f"FM_WARM_WORKERS must be auto or a number of workers (0: plain Ray tasks), got "
+            f"{warm!r}"
+        )
     for name in ("FM_OBJECT_STORE", "FM_WAREHOUSE"):
         value = env.get(name) or ""
         if "://" in value and not value.startswith(("s3://", "file://")):
@@ -118,4 +127,5 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         policy_file=Path(env["FM_POLICY_FILE"]).expanduser() if env.get("FM_POLICY_FILE") else None,
         shared_data=Path(env.get("FM_SHARED_DATA") or "../shared/data").expanduser().absolute(),
         dagster_pg_url=env.get("FM_DAGSTER_PG_URL") or None,
+        warm_workers=env.get("FM_WARM_WORKERS") or "auto",
     )

@@ -21,7 +21,7 @@ from pyiceberg.table import FileScanTask
 
 from fm_assets.checks.expectation_specs import DocumentKind
 from fm_assets.checks.expectations import ExpectationOutcome, ExpectationReport, validate_documents
-from fm_assets.execution.compute import ensure_ray, ray_cpus, run_tasks
+from fm_assets.execution.compute import ensure_ray, ray_cpus, remote, run_tasks
 from fm_assets.execution.planning import table_slices
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
@@ -119,7 +119,6 @@ def table_facts(
     snapshot_id: int | None = None,
 ) -> Facts:
     """The facts of the rows of `table` matching `where` (at `snapshot_id`), recounted on Ray."""
-    import ray
 
     if catalog.current_snapshot_id(settings, table) is None:
         return Facts()
@@ -129,10 +128,11 @@ def table_facts(
     ensure_ray(settings)
     groups = table_slices(files, ray_cpus())
     handle = table_handle(settings, table)
-    remote = ray.remote(num_cpus=1, max_retries=2)(file_facts)
+    facts_of = remote(file_facts)
     facts = Facts()
-    for found in run_tasks(lambda i: remote.remote(handle, groups[i], where, wanted), len(groups)):
-        facts.merge(found)
+    found = run_tasks(lambda i: facts_of.remote(handle, groups[i], where, wanted), len(groups))
+    for group_facts in found:
+        facts.merge(group_facts)
     return facts
 
 

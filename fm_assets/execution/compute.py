@@ -7,11 +7,13 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from fm_assets.execution.local_ray import running_local_ray, start_local_ray
+from fm_assets.execution.warm_pool import WarmPool, open_pool
 from fm_assets.settings import Settings
 from fm_assets.stages.base import Stage, StageResult
 
@@ -33,6 +35,20 @@ class ProgressLine(str):
 MAX_ROWS_PER_CHUNK = 2_000
 CHUNKS_PER_CPU = 6
 TASKS_IN_FLIGHT_PER_CPU = 2  # backpressure: enough to keep every CPU busy, no more
+TASK_RETRIES = 2  # a task whose worker died runs again, twice
+
+
+@dataclass
+class _Connection:
+    """What this process's connection to Ray decided: the workers' environment and whether
+    functions run on warm workers (`warm_pool`) or as tasks."""
+
+    worker_env: dict[str, str] = field(default_factory=dict)
+    warm_workers: int = 0  # 0: tasks
+    pool: WarmPool | None = None
+
+
+_connection = _Connection()
 
 
 def ensure_ray(settings: Settings, progress: Progress = lambda message: None) -> None:
@@ -62,7 +78,46 @@ def ensure_ray(settings: Settings, progress: Progress = lambda message: None) ->
         logging_level=logging.WARNING,
         log_to_driver=False,
     )
+    _connection.worker_env = worker_env
+    _connection.warm_workers = _warm_workers(settings)
+    _connection.pool = None
     progress(f"Ray: {what} ({address}) in {time.monotonic() - started:.1f}s")
+
+
+def _warm_workers(settings: Settings) -> int:
+    """How many warm workers to call (0: run tasks): FM_WARM_WORKERS, by default one per CPU of
+    this FM_HOME's local Ray and none on a cluster, whose autoscaler sizes itself on tasks."""
+    if settings.warm_workers == "auto":
+        return 0 if settings.ray_address else ray_cpus()
+    return int(settings.warm_workers)
+
+
+class RemoteFunction:
+    """`function` run on Ray: a call on a warm worker (`execution/warm_pool.py`) when this
+    process uses them, else a task of one CPU retried if its worker dies. Either way
+    `.remote(*args)` returns what a task would: one ref, or a list of `num_returns` refs."""
+
+    def __init__(self, function: Callable[..., Any], num_returns: int = 1) -> None:
+        self.function = function
+        self.num_returns = num_returns
+        self._task: Any = None
+
+    def remote(self, *args: Any) -> Any:
+        import ray
+
+        if _connection.warm_workers > 0:
+            if _connection.pool is None:
+                _connection.pool = open_pool(_connection.warm_workers, _connection.worker_env)
+            return _connection.pool.submit(self.function, args, self.num_returns)
+        if self._task is None:
+            task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES)(self.function)
+            self._task = task.options(num_returns=self.num_returns)
+        return self._task.remote(*args)
+
+
+def remote(function: Callable[..., Any], *, num_returns: int = 1) -> RemoteFunction:
+    """`function`, to be run on Ray with `.remote(*args)` (see `RemoteFunction`)."""
+    return RemoteFunction(function, num_returns)
 
 
 def ray_cpus() -> int:
@@ -163,9 +218,7 @@ def process_on_ray(stage: Stage, chunks: Sequence[pa.Table], progress: Progress)
     builds re-tokenizing a version). Curation stages run through the runner, which never
     gathers rows.
     """
-    import ray
-
-    process = ray.remote(num_cpus=1, max_retries=2)(_process)
+    process = remote(_process)
     results = run_tasks(
         lambda i: process.remote(stage, chunks[i]), len(chunks), progress=progress, label=stage.name
     )

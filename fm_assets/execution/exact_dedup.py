@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
 
-from fm_assets.execution.compute import Progress, run_tasks
+from fm_assets.execution.compute import Progress, remote, run_tasks
 from fm_assets.execution.planning import (
     group_by_weight,
     landed_parts,
@@ -68,7 +68,6 @@ def run_raw(
     progress: Progress,
 ) -> RawRun:
     """Parse every landed file of the batch and decide its exact duplicates, on Ray."""
-    import ray
 
     parts = landed_parts(settings, manifest, _split_files(settings, manifest, cpus, progress))
     sizes = {f.sha256: f.size for f in manifest.files}
@@ -80,7 +79,7 @@ def run_raw(
         f"{stage.name}: {len(manifest.files)} files in {parts.num_rows} parts, {len(slices)} slices"
     )
 
-    scan = ray.remote(num_cpus=1, max_retries=2)(_scan).options(num_returns=BUCKETS + 1)
+    scan = remote(_scan, num_returns=BUCKETS + 1)
     scanned: list[list[Any]] = [scan.remote(stage, parts.take(s)) for s in slices]  # type: ignore[misc]
     counts: dict[int, tuple[int, int]] = {}
     for per_part in run_tasks(
@@ -94,7 +93,7 @@ def run_raw(
     where = parts.select(["part", "file_sha256", "first_index"]).append_column(
         "route", pa.array([slice_of_part[p] % routes for p in parts.column("part").to_pylist()])
     )
-    decide = ray.remote(num_cpus=1, max_retries=2)(_decide).options(num_returns=routes + 1)
+    decide = remote(_decide, num_returns=routes + 1)
     decided: list[list[Any]] = [  # type: ignore[misc]
         decide.remote(
             b,
@@ -114,7 +113,7 @@ def run_raw(
         for f in files
     ]
 
-    read = ray.remote(num_cpus=1, max_retries=2)(_read)
+    read = remote(_read)
     outcomes = run_tasks(
         lambda i: read.remote(
             stage,
@@ -140,7 +139,6 @@ def _split_files(
     MIN_PART_BYTES) when the batch is small, so that no file outweighs a slice (several per CPU)
     and holds up the stage, and every later stage, which slices the data files this one writes.
     """
-    import ray
 
     store = open_object_store(settings)
     total = sum(f.size for f in manifest.files)
@@ -152,9 +150,9 @@ def _split_files(
     ]
     if not large:
         return {}
-    remote = ray.remote(num_cpus=1, max_retries=2)(split_points)
+    splitter = remote(split_points)
     found = run_tasks(
-        lambda i: remote.remote(
+        lambda i: splitter.remote(
             store.uri(large[i][0].key),
             large[i][1],
             large[i][0].size,

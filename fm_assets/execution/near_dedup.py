@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
 
-from fm_assets.execution.compute import Progress, get, run_tasks
+from fm_assets.execution.compute import Progress, get, remote, run_tasks
 from fm_assets.execution.near_dedup_tasks import (
     SHINGLE_BUCKETS,
     band_candidates,
@@ -63,8 +63,7 @@ def run_near_dedup(
     slices = table_slices(files, cpus)
     if len(slices) >= 1 << 31:
         raise ValueError("a batch of over 2**31 slices cannot be near-deduplicated at once")
-    remote = ray.remote(num_cpus=1, max_retries=2)
-    sketch = remote(sketch_slice).options(num_returns=1 + bands + SHINGLE_BUCKETS)
+    sketch = remote(sketch_slice, num_returns=1 + bands + SHINGLE_BUCKETS)
     sketched: list[list[Any]] = [sketch.remote(source, s, i, config) for i, s in enumerate(slices)]  # type: ignore[misc]
     rows_in = sum(
         run_tasks(lambda i: sketched[i][0], len(slices), progress=progress, label="sketch")
@@ -74,7 +73,7 @@ def run_near_dedup(
     shingles = table_handle(settings, "neardup_shingles")
     others = catalog.where_not_equal("batch_id", batch_id)
     routes = min(len(slices), MAX_ROUTES) or 1
-    candidates = remote(band_candidates).options(num_returns=1 + routes)
+    candidates = remote(band_candidates, num_returns=1 + routes)
     by_band = _files_by_band(index, _index_files(settings, others), bands)
     paired: list[list[Any]] = [  # type: ignore[misc]
         candidates.remote(
@@ -109,7 +108,7 @@ def run_near_dedup(
         for i in range(len(slices))
     ]
     preexisting = [get(refs[0]) for refs in paired]  # ids other batches indexed: usually none
-    duplicates, found = remote(resolve).options(num_returns=2).remote(preexisting, *confirmed)
+    duplicates, found = remote(resolve, num_returns=2).remote(preexisting, *confirmed)
     progress(f"{stage.name}: {get(found)} near-duplicates among {rows_in} documents")
 
     band_writer, bucket_writer = remote(write_band), remote(write_shingles)

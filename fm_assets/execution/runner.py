@@ -24,7 +24,7 @@ from pyiceberg.manifest import DataFile
 
 from fm_assets.curation.policy import DatasetPolicy, load_policy
 from fm_assets.execution import pipeline
-from fm_assets.execution.compute import Progress, ensure_ray, ray_cpus, run_tasks
+from fm_assets.execution.compute import Progress, ensure_ray, ray_cpus, remote, run_tasks
 from fm_assets.execution.exact_dedup import run_raw
 from fm_assets.execution.near_dedup import run_near_dedup
 from fm_assets.execution.planning import table_slices
@@ -251,7 +251,6 @@ def _execute(
     settings: Settings, plan: _Plan, outputs: Outputs, progress: Progress
 ) -> tuple[list[SliceOutcome], dict[str, list[DataFile]]]:
     """Run the stage's Ray work; return each slice's outcome and files of extra tables."""
-    import ray
 
     cpus = ray_cpus()
     stage, batch_id = plan.stage, plan.manifest.batch_id
@@ -269,7 +268,7 @@ def _execute(
         return run_near_dedup(settings, stage, source, files, outputs, cpus, progress)
     slices = table_slices(files, cpus)
     progress(f"{stage.name}: {len(files)} input files of {batch_id} in {len(slices)} slices")
-    process = ray.remote(num_cpus=1, max_retries=2)(process_files)
+    process = remote(process_files)
     outcomes = run_tasks(
         lambda i: process.remote(stage, source, slices[i], outputs, i),
         len(slices),
