@@ -69,7 +69,9 @@ def test_kills_at_random_points_of_every_step_converge_to_the_uninterrupted_resu
         kill = crash_at(home, point, profile, ray_head_pid)
         kills.append(kill)
         seen = contents(home.settings, home.batch_id)
-        assert partial(seen, whole) == [], f"seed {seed}: {kill} left partial data"
+        bad = partial(seen, whole)
+        shown = {n: (seen.partitions.get(n, ())[:3], whole.partitions.get(n, ())[:3]) for n in bad}
+        assert bad == [], f"seed {seed}: {kill} left partial data (seen, whole): {shown}"
 
     landed = [k.landed_in for k in kills]
     print(f"kills landed in {landed}")
