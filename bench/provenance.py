@@ -36,7 +36,7 @@ from fm_assets.shards.build import build_shard_set
 from fm_assets.shards.lineage import shard_set_lineage
 from fm_assets.shards.revoke import latest_shard_sets, revoke
 from fm_assets.shards.trace import describe_sample, places_of_document
-from fm_assets.versions.dataset_version import create_version, next_version_key
+from fm_assets.versions.dataset_version import create_version, next_version_key, require_version
 from fm_assets.versions.revocation import all_versions, replacement_of
 
 SEQ_LEN = 256
@@ -86,7 +86,8 @@ def measure(settings: Settings, batch: str, targets: Sequence[int], repeats: int
         live = _live(settings)
         row = latest_shard_sets(settings, live[0])[0]
         key, samples = str(row["shard_set_key"]), int(row["num_samples"])
-        held = set(shard_set_lineage(settings, key).column("doc_id").to_pylist())
+        lineage = shard_set_lineage(settings, key, require_version(settings, live[0]))
+        held = set(lineage.column("doc_id").to_pylist())
         indices = [rng.randrange(samples) for _ in range(repeats)]
         sample_s = [timed(partial(describe_sample, settings, key, i))[1] for i in indices]
         # A document drawn at random: how many shards it touches is what a revocation costs.

@@ -133,7 +133,7 @@ def test_each_namespaces_bytes_live_under_its_own_prefixes(landed: Landed) -> No
         (landed.web_batch, "web-unverified"),
     ):
         for stage in pipeline.STAGE_NAMES:
-            table = catalog.load_table(s, stage)
+            table = catalog.load_table(s, stage, namespace=namespace)
             paths = [
                 task.file.file_path
                 for task in table.scan(

@@ -114,6 +114,7 @@ def test_lineage_table_matches_the_shards(built: Built) -> None:
         built.settings,
         "sample_documents",
         catalog.where_equal("shard_set_key", built.shard_set_key),
+        namespace="cloud",
     ).to_pylist()
     from_catalog: dict[int, list[tuple[str, int, int, int]]] = {}
     for r in sorted(rows, key=lambda r: (r["sample"], r["token_start"])):
@@ -143,7 +144,10 @@ def test_a_random_sample_leads_back_to_its_raw_bytes(built: Built) -> None:
     )
     for doc in docs:
         raw = catalog.read_table(
-            s, "raw_documents", catalog.where_equal("doc_id", str(doc["doc_id"]))
+            s,
+            "raw_documents",
+            catalog.where_equal("doc_id", str(doc["doc_id"])),
+            namespace=doc["namespace"],
         ).to_pylist()[0]
         assert hashlib.sha256(raw["raw_content"]).hexdigest() == doc["raw_sha256"]
         assert doc["batch_id"] in (built.wget_batch, built.cc_batch)

@@ -117,18 +117,20 @@ def table_facts(
     where: BooleanExpression,
     wanted: Wanted,
     snapshot_id: int | None = None,
+    namespace: str | None = None,
 ) -> Facts:
-    """The facts of the rows of `table` matching `where` (at `snapshot_id`), recounted on Ray."""
+    """The facts of the rows of `table` (of data namespace `namespace`) matching `where` (at
+    `snapshot_id`), recounted on Ray."""
     import ray
 
-    if catalog.current_snapshot_id(settings, table) is None:
+    if catalog.current_snapshot_id(settings, table, namespace=namespace) is None:
         return Facts()
-    files = plan_files(settings, table, where, snapshot_id)
+    files = plan_files(settings, table, where, snapshot_id, namespace)
     if not files:
         return Facts()
     ensure_ray(settings)
     groups = table_slices(files, ray_cpus())
-    handle = table_handle(settings, table)
+    handle = table_handle(settings, table, namespace)
     remote = ray.remote(num_cpus=1, max_retries=2)(file_facts)
     facts = Facts()
     for found in run_tasks(lambda i: remote.remote(handle, groups[i], where, wanted), len(groups)):

@@ -236,7 +236,7 @@ def build_shard_set(
 
     manifest = _write_and_publish(store, prefix, write, progress)
     # Before the set's row: a registered set always has its lineage.
-    record_lineage(settings, key, sequences)
+    record_lineage(settings, key, sequences, version)
     register_shard_set(
         settings,
         store,

@@ -41,7 +41,7 @@ from fm_assets.shards.lineage import (
 from fm_assets.shards.packing import PackedSequence, Segment
 from fm_assets.shards.writer import ShardSetHeader, write_shard_set
 from fm_assets.storage.objectstore import ObjectStore, open_object_store
-from fm_assets.versions.dataset_version import DatasetVersion, namespaces_of
+from fm_assets.versions.dataset_version import DatasetVersion, namespaces_of, require_version
 from fm_loader.manifest import INDEX_NAME, MANIFEST_NAME, ShardInfo, ShardSetManifest
 from fm_loader.provenance import NAMESPACES_NAME, namespaces_json
 
@@ -73,7 +73,8 @@ def rebuild_without(
         )
     seq_len = int(old_row["seq_len"])
     config = str(old_row["shard_config"])
-    lineage = shard_set_lineage(settings, str(old_row["shard_set_key"]))
+    old_version = require_version(settings, str(old_row["version_key"]))
+    lineage = shard_set_lineage(settings, str(old_row["shard_set_key"]), old_version)
     if lineage.num_rows == 0:
         progress(f"{old_row['shard_set_key']} has no lineage: rebuilding it whole")
         built = build_shard_set(settings, replacement.version_key, tokenizer, seq_len)
@@ -177,7 +178,7 @@ def rebuild_without(
     )
     # The manifest last: its presence publishes the set.
     store.write_bytes_atomic(f"{new_prefix}/{MANIFEST_NAME}", manifest.to_json().encode())
-    write_lineage(settings, new_key, new_lineage)
+    write_lineage(settings, new_key, new_lineage, replacement)
     register_shard_set(
         settings,
         store,

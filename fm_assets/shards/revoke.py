@@ -23,7 +23,7 @@ from fm_assets.storage import catalog
 from fm_assets.storage.revocations import RevocationRecord, record_revocation
 from fm_assets.storage.tables import TableSpec, declare
 from fm_assets.versions.dataset_version import DatasetVersion, require_version
-from fm_assets.versions.membership import excluded_documents
+from fm_assets.versions.membership import revoked_exclusions
 from fm_assets.versions.revocation import VersionRevocation, replacement_of, revoke_versions
 from fm_loader.provenance import (
     PROVENANCE_FORMAT_VERSION,
@@ -103,8 +103,10 @@ def revoke(
                 )
                 is None
             ):
-                removed = excluded_documents(settings, replacement.version_key)
-                rebuilt = rebuild_without(settings, row, replacement, removed, progress)
+                removed = revoked_exclusions(
+                    settings, replacement.version_key, replacement.namespaces
+                )
+                rebuilt = rebuild_without(settings, row, replacement, set(removed), progress)
                 new_key = rebuilt.shard_set_key
                 cost = {
                     "bytes_rewritten": rebuilt.bytes_rewritten,
