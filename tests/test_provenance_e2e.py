@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from fm_assets.commands import operations
 from fm_assets.commands.cli import main
+from fm_assets.defs.materialize import shard_set_partition
 from fm_assets.registries.tokenizers import TokenizerInfo, register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.shards.build import build_shard_set, read_shard_set_row
@@ -60,6 +62,23 @@ def _cli(*args: str) -> str:
 
 def _json_lines(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _materialized(instance: dg.DagsterInstance, asset: str, partition: str) -> dg.EventLogRecord:
+    """The latest materialization of one partition of an asset in the Dagster instance."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
+    ).records
+    assert records, f"{asset} partition {partition} was never materialized"
+    return records[0]
+
+
+def _checks(instance: dg.DagsterInstance, asset: str, partition: str) -> dict[str, bool]:
+    """Check name -> passed, as the run that materialized the partition evaluated them."""
+    run_id = _materialized(instance, asset, partition).run_id
+    events = instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+    evaluations = [e.dagster_event.asset_check_evaluation_data for e in events if e.dagster_event]
+    return {e.check_name: e.passed for e in evaluations}
 
 
 def _shard_docs(directory: Path) -> list[list[str]]:
@@ -223,6 +242,27 @@ def test_revocation_end_to_end(built: Built, tmp_path: Path) -> None:
     line = next(x for x in out.splitlines() if x.startswith("shard_set "))
     assert f"-> {new_key}" in line and f"1 of {len(manifest.shards)} shards" in line
 
+    # Through Dagster: the revocation is a partition of its asset, and the replacement version
+    # and shard set are partitions materialized with their blocking checks, all passing.
+    revocation_id = out.splitlines()[0].removeprefix("revocation ")
+    instance = operations.dagster_instance(s)
+    assert revocation_id in instance.get_dynamic_partitions("revocation")
+    assert "web@v2" in instance.get_dynamic_partitions("dataset_version")
+    recorded = _materialized(instance, "revocation", revocation_id).asset_materialization
+    assert recorded is not None
+    assert recorded.metadata["versions"].value == {"web@v1": "web@v2"}
+    assert recorded.metadata["shard_sets"].value == {built.shard_set_key: new_key}
+    assert recorded.metadata["reason"].value == "licensor asked"
+    assert recorded.metadata["documents_removed"].value == 1
+    assert _checks(instance, "dataset_version", "web@v2") == {"version_counts_match": True}
+    partition = shard_set_partition("web@v2", new_key.split("/", 1)[1])
+    assert _checks(instance, "shard_set", partition) == {
+        "shard_checksums_valid": True,
+        "token_counts_match_version": True,
+        "samples_carry_provenance": True,
+        "no_contaminated_samples": True,
+    }
+
     # The old version is refused, naming the reason and the replacement; audits may read it.
     with pytest.raises(ValueError, match=r"revoked: licensor asked.*web@v2"):
         make_dataset("web@v1", rank=0, world_size=1, settings=s)
@@ -269,6 +309,9 @@ def test_revocation_end_to_end(built: Built, tmp_path: Path) -> None:
     )
     out = _cli("revoke", "--source", "commoncrawl", "--reason", "licence withdrawn")
     assert "version web@v2 -> web@v3" in out and "version web@v1 -> none" in out
+    assert _checks(instance, "dataset_version", "web@v3") == {"version_counts_match": True}
+    v3_set = shard_set_partition("web@v3", new_key.split("/", 1)[1])
+    assert all(_checks(instance, "shard_set", v3_set).values())
     v3_docs = set(
         version_documents(s, require_version(s, "web@v3"), "tokenized_documents", ("doc_id",))
         .column("doc_id")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -53,8 +54,18 @@ class VersionRevocation:
     revocation_id: str
     version_key: str
     replacement: str | None
-    removed: tuple[str, ...]  # doc ids
+    documents_removed: int
     tokens_removed: int
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> VersionRevocation:
+        return cls(
+            revocation_id=str(row["revocation_id"]),
+            version_key=str(row["version_key"]),
+            replacement=str(row["replacement"]) if row["replacement"] else None,
+            documents_removed=int(row["documents_removed"]),
+            tokens_removed=int(row["tokens_removed"]),
+        )
 
 
 def all_versions(settings: Settings) -> list[DatasetVersion]:
@@ -75,6 +86,22 @@ def revoked_in(
         ("doc_id", "num_tokens", "namespace"),
         catalog.where_equal(revocation.column, revocation.value),
     )
+
+
+def recorded_outcomes(settings: Settings, revocation_id: str) -> list[VersionRevocation]:
+    """What a revocation did to each version it touched, as recorded, by version."""
+    rows = catalog.read_table(
+        settings, "version_revocations", catalog.where_equal("revocation_id", revocation_id)
+    ).to_pylist()
+    return sorted((VersionRevocation.from_row(r) for r in rows), key=lambda o: o.version_key)
+
+
+def replaced_base(settings: Settings, version_key: str) -> VersionRevocation | None:
+    """The revocation that cut `version_key` as a replacement, and the version it replaces."""
+    rows = catalog.read_table(
+        settings, "version_revocations", catalog.where_equal("replacement", version_key)
+    ).to_pylist()
+    return VersionRevocation.from_row(min(rows, key=lambda r: r["revoked_at"])) if rows else None
 
 
 def replacement_of(settings: Settings, version_key: str) -> dict[str, object] | None:
@@ -125,32 +152,31 @@ def cut_replacement(
 
 def revoke_versions(settings: Settings, revocation: RevocationRecord) -> list[VersionRevocation]:
     """Cut a replacement for every version (not already replaced) holding revoked documents,
-    and record what happened to each version the revocation touches."""
-    outcomes = []
+    and record what happened to each version the revocation touches; return every outcome of
+    the revocation. Run again for the same revocation (its asset rematerialized after a crash),
+    it leaves the versions it already recorded as they are."""
+    done = {o.version_key for o in recorded_outcomes(settings, revocation.revocation_id)}
     for version in all_versions(settings):
+        if version.version_key in done:
+            continue
         hits = revoked_in(settings, version, revocation)
         if hits.num_rows == 0:
             continue
-        removed = tuple(hits.column("doc_id").to_pylist())
         tokens = int(pc.sum(hits.column("num_tokens")).as_py() or 0)
         replacement: str | None = None
-        if replacement_of(settings, version.version_key) is None and len(removed) < (
+        if replacement_of(settings, version.version_key) is None and hits.num_rows < (
             version.num_documents
         ):
             cut = cut_replacement(settings, version, hits, revocation.revocation_id)
             replacement = cut.version_key
-        outcome = VersionRevocation(
-            revocation.revocation_id, version.version_key, replacement, removed, tokens
-        )
         # Right after the cut: a rerun after a crash sees the version replaced, not cuts again.
         row = {
-            "revocation_id": outcome.revocation_id,
-            "version_key": outcome.version_key,
-            "replacement": outcome.replacement,
-            "documents_removed": len(outcome.removed),
-            "tokens_removed": outcome.tokens_removed,
+            "revocation_id": revocation.revocation_id,
+            "version_key": version.version_key,
+            "replacement": replacement,
+            "documents_removed": hits.num_rows,
+            "tokens_removed": tokens,
             "revoked_at": dt.datetime.now(dt.UTC),
         }
         catalog.append_rows(settings, "version_revocations", pa.Table.from_pylist([row]))
-        outcomes.append(outcome)
-    return outcomes
+    return recorded_outcomes(settings, revocation.revocation_id)
