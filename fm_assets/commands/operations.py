@@ -176,7 +176,7 @@ def revoke(
         except ChecksFailed as exc:
             failures[key] = str(exc)
         for item in plan.shard_sets:
-            if item.version != key or item.key is None:
+            if item.version != key or item.key is None or not item.build:
                 continue
             if key in failures:  # no shard set is built from a version failing its checks
                 failures[item.key] = f"{key} failed its checks"

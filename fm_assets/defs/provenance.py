@@ -27,7 +27,7 @@ def revocation(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.Material
     plan = cut_replacements(settings, record)
     # The replacements' partitions exist from here on, whoever materializes them.
     context.instance.add_dynamic_partitions(dataset_versions.name, plan.replacement_versions)
-    configs = sorted({str(s.old["shard_config"]) for s in plan.shard_sets if s.version})
+    configs = sorted({str(s.old["shard_config"]) for s in plan.shard_sets if s.build})
     context.instance.add_dynamic_partitions(shard_configs.name, configs)
     return dg.MaterializeResult(
         metadata={

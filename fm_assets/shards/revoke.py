@@ -18,6 +18,7 @@ not cut again, and its replacement's shard sets not built yet are built then.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -66,10 +67,11 @@ declare(TableSpec("shard_set_revocations", SHARD_SET_REVOCATIONS, ("revocation_i
 
 @dataclass(frozen=True)
 class ShardSetPlan:
-    """An old shard set a revocation touches, and the replacement version to build it for."""
+    """An old shard set a revocation touches, and the replacement version whose set replaces it."""
 
     old: dict[str, Any]  # the set's current `shard_sets` row
-    version: str | None  # None: nothing to build (replaced before, or nothing left)
+    version: str | None  # None: nothing left to replace it with
+    build: bool  # False: the replacement set is built already (an earlier revocation, or a crash)
 
     @property
     def key(self) -> str | None:
@@ -89,7 +91,8 @@ class RevocationPlan:
     def replacement_versions(self) -> list[str]:
         """Every version whose partition the revocation materializes: new replacements, and
         earlier ones whose shard sets it builds (an interrupted `fm revoke`)."""
-        keys = {v.replacement for v in self.versions} | {s.version for s in self.shard_sets}
+        keys = {v.replacement for v in self.versions}
+        keys |= {s.version for s in self.shard_sets if s.build}
         return sorted(k for k in keys if k)
 
 
@@ -132,10 +135,10 @@ def _plan(
     for outcome in outcomes:
         target = _replacement_to_build(settings, outcome)
         for row in latest_shard_sets(settings, outcome.version_key):
-            planned = ShardSetPlan(row, target)
+            key = shard_set_key(target, str(row["shard_config"])) if target else None
             # A set built already (by this revocation before a crash, or an earlier one) stays.
-            built = planned.key is not None and read_shard_set_row(settings, planned.key)
-            sets.append(planned if not built else ShardSetPlan(row, None))
+            built = key is not None and read_shard_set_row(settings, key) is not None
+            sets.append(ShardSetPlan(row, target, build=key is not None and not built))
     return RevocationPlan(revocation, outcomes, sets)
 
 
@@ -165,14 +168,14 @@ def finish_revocation(
         key = item.key
         built = read_shard_set_row(settings, key) if key is not None and key not in failed else None
         cost = {"bytes_rewritten": 0, "bytes_total": 0, "shards_rewritten": 0, "shards_total": 0}
-        if built is not None:
+        if built is not None and item.build:
             manifests = [
                 ShardSetManifest.from_json(
                     store.read_bytes(f"{store.key_of(str(row['uri']))}/{MANIFEST_NAME}").decode()
                 )
                 for row in (old, built)
             ]
-            cost = vars(revision_cost(*manifests))
+            cost = dataclasses.asdict(revision_cost(*manifests))
         if replaced.get(str(old["version_key"])) is not None or _unmarked(settings, old):
             # A set already revoked keeps the marker naming its first replacement.
             marker = _marker(revocation, key if built is not None else None)
@@ -181,7 +184,7 @@ def finish_revocation(
             {
                 "revocation_id": revocation.revocation_id,
                 "shard_set_key": old["shard_set_key"],
-                "replacement": key if built is not None else None,
+                "replacement": key if built is not None and item.build else None,
                 **cost,
                 "revoked_at": now,
             }

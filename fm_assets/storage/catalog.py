@@ -47,7 +47,8 @@ COMMIT_RETRY_PROPERTIES = {
     "commit.retry.min-wait-ms": "100",
     "commit.retry.max-wait-ms": "5000",
 }
-# Namespace properties marking a catalog namespace as one data namespace's, of which platform.
+# Properties of a data namespace's catalog namespace: which data namespace, of which platform
+# namespace. `data_namespaces` lists by them, not by a name another deployment could share.
 DATA_NAMESPACE_PROPERTY = "fm.data-namespace"
 PLATFORM_NAMESPACE_PROPERTY = "fm.platform-namespace"
 
