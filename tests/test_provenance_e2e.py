@@ -337,3 +337,55 @@ def test_revocation_end_to_end(built: Built, tmp_path: Path) -> None:
         ("doc", "licensor asked"),
         ("source", "licence withdrawn"),
     ]
+
+
+def test_an_interrupted_revocation_is_finished_by_running_it_again(built: Built) -> None:
+    """`fm revoke` killed after its `revocation` partition cut the replacements, before it built
+    their shard sets or marked the old ones: run again, it builds them through Dagster, with
+    their checks, and marks the old set naming its replacement."""
+    from fm_assets.defs.materialize import add_partitions, materialize
+    from fm_assets.defs.partitions import revocations
+    from fm_assets.shards.build import shard_set_key
+    from fm_assets.shards.revoke import revocation_plan
+    from fm_assets.storage.revocations import record_revocation
+    from fm_assets.versions.dataset_version import next_version_key
+
+    s = built.settings
+    version, _ = create_version(s, next_version_key(s, "web"), None, run_id=None)
+    build = build_shard_set(
+        s, version.version_key, built.tokenizer, SEQ_LEN, shard_size_bytes=SHARD_BYTES
+    )
+    config = build.manifest.shard_set_key.split("/", 1)[1]
+    doc = sorted(
+        version_documents(s, version, "tokenized_documents", ("doc_id",))
+        .column("doc_id")
+        .to_pylist()
+    )[0]
+
+    # The first attempt: recorded, its partition materialized, then killed.
+    record = record_revocation(s, "doc", doc, "asked again")
+    add_partitions(s, revocations, [record.revocation_id])
+    materialize(s, ["revocation"], record.revocation_id, print)
+    replaced = {v.version_key: v.replacement for v in revocation_plan(s, record).versions}
+    replacement = replaced[version.version_key]
+    assert replacement is not None
+    new_key = shard_set_key(replacement, config)
+    assert read_shard_set_row(s, new_key) is None
+    assert len(make_dataset(version.version_key, rank=0, world_size=1, settings=s)) > 0
+
+    out = _cli("revoke", "--doc", doc, "--reason", "asked again")
+    assert f"version {version.version_key} -> none" in out  # replaced by the first attempt
+    line = next(
+        x for x in out.splitlines() if x.startswith(f"shard_set {build.manifest.shard_set_key} ")
+    )
+    assert f"-> {new_key}" in line
+    with pytest.raises(ValueError, match=rf"revoked: asked again.*{replacement}"):
+        make_dataset(version.version_key, rank=0, world_size=1, settings=s)
+    instance = operations.dagster_instance(s)
+    assert _checks(instance, "dataset_version", replacement) == {"version_counts_match": True}
+    assert all(_checks(instance, "shard_set", shard_set_partition(replacement, config)).values())
+    new_row = read_shard_set_row(s, new_key)
+    assert new_row is not None
+    new_dir = Path(str(new_row["uri"]).removeprefix("file://"))
+    assert doc not in {d for ids in _shard_docs(new_dir) for d in ids}
+    assert len(make_dataset(replacement, rank=0, world_size=1, settings=s)) > 0
