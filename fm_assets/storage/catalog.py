@@ -8,7 +8,8 @@ catalog namespace (`fm`); a table declared `per_namespace` (documents and what d
 lives in one catalog namespace per data namespace, `fm_<data namespace>` with hyphens as
 underscores (`fm_cloud`, `fm_on_device`), whose metadata and data files sit below
 `<warehouse>/fm_<data namespace>/`. Every call names the data namespace of such a table
-(`namespace=`); nothing defaults to one, so no code reads another namespace by accident.
+(`namespace=`; `read_batch` reads the batch's own); nothing defaults to one, so no code reads
+another namespace by accident.
 """
 
 from __future__ import annotations
