@@ -14,7 +14,7 @@ from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog
 from fm_assets.storage.landing import land_files
 from fm_assets.storage.objectstore import open_object_store
-from fm_assets.storage.tables import declared_tables
+from fm_assets.storage.tables import declared_tables, table_spec
 
 # Every source decides nothing: the stage benchmarks measure each stage's throughput on the
 # whole input, the same work on every commit (`bench.default_policy` measures the default
@@ -37,8 +37,10 @@ def fresh_home(home: Path, cpus: int) -> Settings:
         {"FM_HOME": str(home), "FM_RAY_NUM_CPUS": str(cpus), "FM_POLICY_FILE": str(policy)}
     )
     # Tables are declared by their owners; with the pipeline imported that is every table.
+    # Benchmarks land into the default namespace, `cloud`.
     for table in declared_tables():
-        catalog.load_table(settings, table)
+        namespace = "cloud" if table_spec(table).per_namespace else None
+        catalog.load_table(settings, table, namespace=namespace)
     register_tokenizer(settings, NEOX_TOKENIZER, make_default=True)
     return settings
 

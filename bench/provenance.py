@@ -28,15 +28,16 @@ from bench.harness import (
     write_report,
 )
 from bench.spine.stages import run_pipeline
+from fm_assets.commands import operations
 from fm_assets.execution import pipeline
 from fm_assets.execution.local_ray import stop_local_ray
 from fm_assets.registries.tokenizers import default_tokenizer
 from fm_assets.settings import Settings
 from fm_assets.shards.build import build_shard_set
 from fm_assets.shards.lineage import shard_set_lineage
-from fm_assets.shards.revoke import latest_shard_sets, revoke
+from fm_assets.shards.revoke import latest_shard_sets
 from fm_assets.shards.trace import describe_sample, places_of_document
-from fm_assets.versions.dataset_version import create_version, next_version_key
+from fm_assets.versions.dataset_version import create_version, next_version_key, require_version
 from fm_assets.versions.revocation import all_versions, replacement_of
 
 SEQ_LEN = 256
@@ -86,7 +87,8 @@ def measure(settings: Settings, batch: str, targets: Sequence[int], repeats: int
         live = _live(settings)
         row = latest_shard_sets(settings, live[0])[0]
         key, samples = str(row["shard_set_key"]), int(row["num_samples"])
-        held = set(shard_set_lineage(settings, key).column("doc_id").to_pylist())
+        lineage = shard_set_lineage(settings, key, require_version(settings, live[0]))
+        held = set(lineage.column("doc_id").to_pylist())
         indices = [rng.randrange(samples) for _ in range(repeats)]
         sample_s = [timed(partial(describe_sample, settings, key, i))[1] for i in indices]
         # A document drawn at random: how many shards it touches is what a revocation costs.
@@ -94,7 +96,9 @@ def measure(settings: Settings, batch: str, targets: Sequence[int], repeats: int
         places = len(places_of_document(settings, doc))
         doc_s = _times(partial(places_of_document, settings, doc), repeats)
         total_versions = len(all_versions(settings))
-        report, revoke_s, _ = timed(partial(revoke, settings, "doc", doc, "benchmark"))
+        # Through Dagster, as `fm revoke` does: replacements are materialized with their checks.
+        revoke = partial(operations.revoke, settings, "doc", doc, "benchmark", lambda m: None)
+        report, revoke_s, _ = timed(revoke)
         revoked.add(doc)
         rows = report.shard_sets
         step = Step(

@@ -340,7 +340,7 @@ def contents(settings: Settings, batch_id: str) -> Contents:
 
     partitions: dict[str, Rows] = {}
     for name in batch_tables():
-        rows = catalog.read_table(settings, name, catalog.where_equal("batch_id", batch_id))
+        rows = catalog.read_batch(settings, name, batch_id)
         if name == "quarantine":
             for stage in STEPS:
                 mine = rows.filter(pc.equal(rows.column("stage"), stage))
@@ -361,7 +361,10 @@ def contents(settings: Settings, batch_id: str) -> Contents:
         shards = tuple((s.name, s.sha256, s.bytes) for s in manifest.shards)
         lineage = _rows(
             catalog.read_table(
-                settings, "sample_documents", catalog.where_equal("shard_set_key", key)
+                settings,
+                "sample_documents",
+                catalog.where_equal("shard_set_key", key),
+                namespace=catalog.batch_namespace(settings, batch_id),
             )
         )
     return Contents(partitions, version.content_hash if version else None, shards, lineage)

@@ -16,12 +16,14 @@ from fm_assets.curation.policy import load_policy
 from fm_assets.execution import pipeline
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import bookkeeping, catalog
+from fm_assets.storage.landing import MANIFEST_FORMAT_VERSION, BatchManifest
 from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions.dataset_version import DatasetVersion, create_version
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 NOW = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 STAGES = pipeline.STAGE_NAMES
+NS = "cloud"  # the data namespace of every batch the tests write
 
 
 def _fill(table: str, rows: Sequence[Mapping[str, object]]) -> pa.Table:
@@ -63,8 +65,26 @@ def _stage_run(row: Mapping[str, object]) -> dict[str, object]:
     }
 
 
+def _land(settings: Settings, batch_id: str, source: str) -> None:
+    """A landing manifest (no files) for a batch the test writes rows of: where the platform
+    finds the batch's data namespace."""
+    manifest = BatchManifest(
+        format_version=MANIFEST_FORMAT_VERSION,
+        batch_id=batch_id,
+        source=source,
+        license="CC0-1.0",
+        namespace=NS,
+        ingested_at=NOW.isoformat(),
+        tool_version="test",
+        files=(),
+    )
+    key = f"landing/batches/{batch_id}/manifest.json"
+    open_object_store(settings).write_bytes_atomic(key, manifest.to_json().encode())
+
+
 def _doc(doc_id: str, batch: str, source: str, **extra: object) -> dict[str, object]:
-    return {"doc_id": doc_id, "batch_id": batch, "record_id": doc_id, "source": source} | extra
+    row = {"doc_id": doc_id, "batch_id": batch, "record_id": doc_id, "source": source}
+    return row | {"namespace": NS} | extra
 
 
 @dataclass(frozen=True)
@@ -99,6 +119,8 @@ def _write(
     runner commits them; `pii` holds (batch, doc id, kind), `policies` the policy JSON each
     batch's runs record (none: not recorded)."""
     policies = policies or {}
+    for b in batches:
+        _land(settings, b.batch_id, b.source)
     where = catalog.where_in("batch_id", [b.batch_id for b in batches])
     quarantine = [
         {"batch_id": b.batch_id, "stage": stage, "record_id": f"{stage}-{i}", "rule": rule}
@@ -106,12 +128,16 @@ def _write(
         for stage, rules in b.quarantined.items()
         for i, rule in enumerate(rules)
     ]
-    catalog.replace_rows(settings, "quarantine", _fill("quarantine", quarantine), where)
+    catalog.replace_rows(
+        settings, "quarantine", _fill("quarantine", quarantine), where, namespace=NS
+    )
     redactions = [{"batch_id": b, "doc_id": d, "kind": k} for b, d, k in pii]
-    catalog.replace_rows(settings, "pii_redactions", _fill("pii_redactions", redactions), where)
+    catalog.replace_rows(
+        settings, "pii_redactions", _fill("pii_redactions", redactions), where, namespace=NS
+    )
     for stage in STAGES:
         rows = [row for b in batches for row in b.rows(stage)]
-        catalog.replace_rows(settings, stage, _fill(stage, rows), where)
+        catalog.replace_rows(settings, stage, _fill(stage, rows), where, namespace=NS)
     runs = [
         {
             "batch_id": b.batch_id,
@@ -202,9 +228,9 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, DatasetVe
     # After the cut: the card must keep describing the version as it was cut.
     b1 = catalog.where_equal("batch_id", "b1")
     late = _fill("quarantine", [{"batch_id": "b1", "stage": "raw_documents", "rule": "late"}])
-    catalog.replace_rows(settings, "quarantine", late, b1)
+    catalog.replace_rows(settings, "quarantine", late, b1, namespace=NS)
     late_pii = _fill("pii_redactions", [{"batch_id": "b1", "doc_id": "d1", "kind": "IP_ADDRESS"}])
-    catalog.replace_rows(settings, "pii_redactions", late_pii, b1)
+    catalog.replace_rows(settings, "pii_redactions", late_pii, b1, namespace=NS)
     return settings, version
 
 
@@ -334,7 +360,9 @@ def test_card_of_version_whose_documents_were_all_dropped(fm_settings: Settings)
         dataset="web",
         version=1,
         batches=("b1",),
-        snapshot_ids={t: catalog.current_snapshot_id(fm_settings, t) or 0 for t in STAGES},
+        snapshot_ids={
+            NS: {t: catalog.current_snapshot_id(fm_settings, t, namespace=NS) or 0 for t in STAGES}
+        },
         code_versions={},
         tokenizer_hash="",
         num_documents=0,

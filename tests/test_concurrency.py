@@ -44,7 +44,9 @@ def test_batches_whose_raw_stages_run_at_once_keep_each_record_once(
     alone = load_settings(_env(tmp_path / "alone"))
     batch, _ = operations.land(alone, [WGET_WARC, WGET_WARC_2], source="wget", license="CC0-1.0")
     run_stage(alone, "raw_documents", batch.batch_id)
-    distinct = set(catalog.read_table(alone, "raw_documents").column("doc_id").to_pylist())
+    distinct = set(
+        catalog.read_table(alone, "raw_documents", namespace="cloud").column("doc_id").to_pylist()
+    )
 
     home = tmp_path / "concurrent"
     settings = load_settings(_env(home))
@@ -64,10 +66,14 @@ def test_batches_whose_raw_stages_run_at_once_keep_each_record_once(
     errors = [run.communicate(timeout=600)[1] for run in runs]
     assert [run.returncode for run in runs] == [0, 0, 0], errors
 
-    kept = Counter(catalog.read_table(settings, "raw_documents").column("doc_id").to_pylist())
+    kept = Counter(
+        catalog.read_table(settings, "raw_documents", namespace="cloud")
+        .column("doc_id")
+        .to_pylist()
+    )
     assert [doc for doc, n in kept.items() if n > 1] == [], "a record was kept by two batches"
     assert set(kept) == distinct
-    quarantined = catalog.read_table(settings, "quarantine").to_pylist()
+    quarantined = catalog.read_table(settings, "quarantine", namespace="cloud").to_pylist()
     duplicates = [r for r in quarantined if r["rule"] == "exact_duplicate"]
     # Every landed record is kept once or quarantined as a duplicate of the kept one.
     assert all(r["doc_id"] in kept for r in duplicates)
@@ -123,7 +129,9 @@ def test_two_sensor_ticks_racing_over_batches_landed_at_once_process_each_once(
     alone = load_settings(_env(tmp_path / "alone"))
     both, _ = operations.land(alone, [page, text], source="cc", license="CC0-1.0")
     run_stage(alone, "raw_documents", both.batch_id)
-    distinct = set(catalog.read_table(alone, "raw_documents").column("doc_id").to_pylist())
+    distinct = set(
+        catalog.read_table(alone, "raw_documents", namespace="cloud").column("doc_id").to_pylist()
+    )
 
     home = tmp_path / "racing"
     env = _env(home) | {"DAGSTER_HOME": str(home / "dagster")}
@@ -162,7 +170,11 @@ def test_two_sensor_ticks_racing_over_batches_landed_at_once_process_each_once(
     committed = Counter((r["batch_id"], r["stage"]) for r in stage_runs(settings))
     assert set(committed) == {(b, s) for b in batches for s in pipeline.STAGE_NAMES}
     assert [key for key, n in committed.items() if n > 1] == [], "a stage was committed twice"
-    kept = Counter(catalog.read_table(settings, "raw_documents").column("doc_id").to_pylist())
+    kept = Counter(
+        catalog.read_table(settings, "raw_documents", namespace="cloud")
+        .column("doc_id")
+        .to_pylist()
+    )
     assert [doc for doc, n in kept.items() if n > 1] == [], "a record was kept by two batches"
     assert set(kept) == distinct
     # A later tick sees both batches processed and requests nothing.

@@ -160,7 +160,7 @@ def test_a_new_benchmark_rescans_versions_and_the_gate_refuses_a_shard_set(
         requests = list(sensor(context))
     assert [r.partition_key for r in requests] == [c.version_key]
     materialize(c.settings, ["contamination_scan"], c.version_key, print)
-    flags = catalog.read_table(c.settings, "contamination_flags").to_pylist()
+    flags = catalog.read_table(c.settings, "contamination_flags", namespace="cloud").to_pylist()
     assert {(f["version_key"], f["benchmark"], f["item_id"]) for f in flags} == {
         (c.version_key, "humaneval", 0)
     }

@@ -238,7 +238,7 @@ def test_near_copies_in_a_later_batch_point_at_the_kept_document(curated: Curate
     for copy in expected:
         original = curated.copies[copy]
         assert first[original] in found[copy] and curated.first in found[copy]
-    index = catalog.read_table(curated.settings, "neardup_index").to_pylist()
+    index = catalog.read_table(curated.settings, "neardup_index", namespace="cloud").to_pylist()
     assert {r["batch_id"] for r in index} == {curated.first, curated.second}
 
 

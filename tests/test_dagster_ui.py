@@ -119,6 +119,7 @@ def test_ui_serves_the_graph_and_its_sensor_processes_a_batch(dagster_ui: tuple[
         "quality_classifier_registry",
         "contamination_registry",
         "contamination_scan",
+        "revocation",
     }
     upstream = "landing_batch"
     for stage in pipeline.STAGE_NAMES:

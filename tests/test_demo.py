@@ -25,7 +25,9 @@ def test_demo_runs_the_whole_platform_on_its_own_sample(
     # The sample is generated under FM_HOME, never taken from third-party data.
     sample = sorted(p.name for p in (fm_settings.home / "sample").iterdir())
     assert sample == ["sample-articles.jsonl", "sample-crawl.warc.gz", "sample-page.html"]
-    rules = set(catalog.read_table(fm_settings, "quarantine").column("rule").to_pylist())
+    rules = set(
+        catalog.read_table(fm_settings, "quarantine", namespace="cloud").column("rule").to_pylist()
+    )
     assert {"exact_duplicate", "invalid_json", "missing_text_field"} <= rules
     assert "read back" in result.stderr
     # No FM_POLICY_FILE: the default web policy, its classifier trained on first need.
@@ -68,6 +70,6 @@ def test_demo_accepts_the_users_files(
         ],
     )
     assert result.exit_code == 0, result.output
-    docs = catalog.read_table(fm_settings, "tokenized_documents").to_pylist()
+    docs = catalog.read_table(fm_settings, "tokenized_documents", namespace="cloud").to_pylist()
     assert {d["source_file"] for d in docs} == {"mine.html", "notes.txt"}
     assert {(d["source"], d["license"]) for d in docs} == {("field", "MIT")}

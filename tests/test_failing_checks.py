@@ -82,7 +82,11 @@ def test_accounting_check_catches_lost_records(
     # Drop one normalized row without a quarantine row: a record silently lost.
     table = catalog.read_batch(fm_settings, "normalized_documents", batch)
     catalog.replace_rows(
-        fm_settings, "normalized_documents", table.slice(1), EqualTo("batch_id", batch)
+        fm_settings,
+        "normalized_documents",
+        table.slice(1),
+        EqualTo("batch_id", batch),
+        namespace="cloud",
     )
     outcome = documents.records_accounted_for(fm_settings, "normalized_documents", batch)
     assert not outcome.passed
@@ -97,7 +101,9 @@ def test_expectations_catch_an_empty_text(
     texts = table.column("text").to_pylist()
     texts[0] = ""
     broken = table.set_column(table.schema.get_field_index("text"), "text", [texts])
-    catalog.replace_rows(fm_settings, "extracted_documents", broken, EqualTo("batch_id", batch))
+    catalog.replace_rows(
+        fm_settings, "extracted_documents", broken, EqualTo("batch_id", batch), namespace="cloud"
+    )
     outcome = documents.document_expectations(fm_settings, "extracted_documents", batch)
     assert not outcome.passed
     assert "text" in outcome.description

@@ -1,8 +1,8 @@
 """The example bucket policy for data namespaces (deploy/iam/namespaces.example.json) keeps each
 role to the namespaces it may touch, outside the code, on the object keys the platform writes.
 
-The keys come from the platform's own layout functions (landing data prefix, shard-set prefix);
-data file paths of the document tables carry `/namespace=<ns>/`, which
+The keys come from the platform's own layout functions (landing data prefix, shard-set prefix,
+the catalog namespace of each data namespace's tables, below which their files live), which
 tests/test_namespaces_e2e.py checks on a real run. The policy is evaluated with IAM's rules for
 what it uses: an explicit Deny wins, then some Allow must match, else access is denied.
 """
@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
+from fm_assets.settings import load_settings
 from fm_assets.shards.build import shard_set_prefix
+from fm_assets.storage.catalog import catalog_namespace
 from fm_assets.storage.landing import data_prefix
 from tests.paths import REPO
 
@@ -23,6 +25,7 @@ POLICY = json.loads((REPO / "deploy" / "iam" / "namespaces.example.json").read_t
 ACCOUNT = "arn:aws:iam::111122223333:role/"
 BUCKET = "arn:aws:s3:::fm-data/"
 CONFIG = "0123456789ab-s2048"
+SETTINGS = load_settings({"FM_HOME": "/nonexistent/fm"})  # the default platform namespace, `fm`
 
 
 def _listed(value: Any) -> list[str]:
@@ -62,12 +65,14 @@ def landed(namespace: str) -> str:
 
 def data_file(namespace: str) -> str:
     return (
-        "prod-warehouse/fm.db/raw_documents/data/batch_id=b-0123456789abcdef0123/"
-        f"namespace={namespace}/00000-0-6e0a.parquet"
+        f"prod-warehouse/{catalog_namespace(SETTINGS, namespace)}/raw_documents/data/"
+        f"batch_id=b-0123456789abcdef0123/namespace={namespace}/00000-0-6e0a.parquet"
     )
 
 
-CATALOG = "prod-warehouse/fm.db/shard_sets/metadata/00003-1f.metadata.json"
+CATALOG = (
+    f"prod-warehouse/{catalog_namespace(SETTINGS, None)}/shard_sets/metadata/00003-1f.metadata.json"
+)
 
 
 @pytest.mark.parametrize(
@@ -85,7 +90,9 @@ CATALOG = "prod-warehouse/fm.db/shard_sets/metadata/00003-1f.metadata.json"
         ("fm-analysts-cloud", landed("cloud"), True),
         ("fm-analysts-cloud", data_file("cloud"), True),
         ("fm-analysts-cloud", landed("on-device"), False),
-        ("fm-analysts-cloud", data_file("on-device"), False),  # its grant covers fm.db/*
+        ("fm-analysts-cloud", data_file("on-device"), False),
+        ("fm-analysts-cloud", data_file("web-unverified"), False),
+        ("fm-trainers-on-device", data_file("on-device"), False),  # trainers read shard sets only
         ("fm-analysts-cloud", shards(["on-device"]), False),
     ],
 )

@@ -91,11 +91,14 @@ def test_catalog_tables_live_in_postgres_with_data_on_s3(
 ) -> None:
     rows = production.postgres.query(
         "fm_catalog",
-        "SELECT table_name, metadata_location FROM iceberg_tables WHERE table_namespace = 'fm'",
+        "SELECT table_namespace, table_name, metadata_location FROM iceberg_tables "
+        "WHERE table_namespace IN ('fm', 'fm_cloud')",
     )
-    tables = dict(rows)
+    # Platform tables in the platform's namespace; documents in their data namespace's.
+    located = {(ns, name): location for ns, name, location in rows}
+    tables = {name: location for (ns, name), location in located.items() if ns == "fm"}
     for name in [*pipeline.STAGE_NAMES, "quarantine"]:
-        assert name in tables, f"{name} is not in the Postgres catalog"
+        assert ("fm_cloud", name) in located, f"{name} is not in the Postgres catalog"
     bookkeeping_tables = production.postgres.query(
         "fm_catalog",
         "SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'fm_%'",
@@ -103,9 +106,9 @@ def test_catalog_tables_live_in_postgres_with_data_on_s3(
     # stage runs and check results are SQL rows beside the catalog, in the same database
     assert {"fm_stage_runs", "fm_check_results"} <= {name for (name,) in bookkeeping_tables}
     assert {"dataset_versions", "shard_sets", "tokenizers"} <= set(tables)
-    for name, location in tables.items():
+    for (namespace, name), location in located.items():
         assert location.startswith(
-            f"s3://{production.bucket}/{production.prefix}/warehouse/fm/{name}/"
+            f"s3://{production.bucket}/{production.prefix}/warehouse/{namespace}/{name}/"
         ), location
     tokenized = catalog.read_batch(
         cli_path.settings, "tokenized_documents", cli_path.batch_id, columns=("doc_id",)

@@ -33,6 +33,7 @@ def test_definitions_hold_the_whole_graph() -> None:
         "quality_classifier_registry",
         "contamination_registry",
         "contamination_scan",
+        "revocation",
     }
     graph = defs.resolve_asset_graph()
     # Lineage: each stage reads the one before it, the version reads the last stage.
@@ -44,6 +45,7 @@ def test_definitions_hold_the_whole_graph() -> None:
     # A run's launch can depend on its shard sets being warm in the node's cache.
     assert graph.get(dg.AssetKey("shard_set_cache")).parent_keys == {dg.AssetKey("shard_set")}
     assert graph.get(dg.AssetKey("text_set")).parent_keys == {dg.AssetKey("dataset_version")}
+    assert graph.get(dg.AssetKey("revocation")).parent_keys == {dg.AssetKey("dataset_version")}
     checks = {c.to_user_string() for c in graph.asset_check_keys}
     assert "tokenized_documents:token_counts_consistent" in checks
     assert "shard_set:shard_checksums_valid" in checks

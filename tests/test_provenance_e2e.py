@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from fm_assets.commands import operations
 from fm_assets.commands.cli import main
+from fm_assets.defs.materialize import shard_set_partition
 from fm_assets.registries.tokenizers import TokenizerInfo, register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.shards.build import build_shard_set, read_shard_set_row
@@ -60,6 +62,23 @@ def _cli(*args: str) -> str:
 
 def _json_lines(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _materialized(instance: dg.DagsterInstance, asset: str, partition: str) -> dg.EventLogRecord:
+    """The latest materialization of one partition of an asset in the Dagster instance."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
+    ).records
+    assert records, f"{asset} partition {partition} was never materialized"
+    return records[0]
+
+
+def _checks(instance: dg.DagsterInstance, asset: str, partition: str) -> dict[str, bool]:
+    """Check name -> passed, as the run that materialized the partition evaluated them."""
+    run_id = _materialized(instance, asset, partition).run_id
+    events = instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+    evaluations = [e.dagster_event.asset_check_evaluation_data for e in events if e.dagster_event]
+    return {e.check_name: e.passed for e in evaluations}
 
 
 def _shard_docs(directory: Path) -> list[list[str]]:
@@ -114,6 +133,7 @@ def test_lineage_table_matches_the_shards(built: Built) -> None:
         built.settings,
         "sample_documents",
         catalog.where_equal("shard_set_key", built.shard_set_key),
+        namespace="cloud",
     ).to_pylist()
     from_catalog: dict[int, list[tuple[str, int, int, int]]] = {}
     for r in sorted(rows, key=lambda r: (r["sample"], r["token_start"])):
@@ -143,7 +163,10 @@ def test_a_random_sample_leads_back_to_its_raw_bytes(built: Built) -> None:
     )
     for doc in docs:
         raw = catalog.read_table(
-            s, "raw_documents", catalog.where_equal("doc_id", str(doc["doc_id"]))
+            s,
+            "raw_documents",
+            catalog.where_equal("doc_id", str(doc["doc_id"])),
+            namespace=doc["namespace"],
         ).to_pylist()[0]
         assert hashlib.sha256(raw["raw_content"]).hexdigest() == doc["raw_sha256"]
         assert doc["batch_id"] in (built.wget_batch, built.cc_batch)
@@ -219,6 +242,27 @@ def test_revocation_end_to_end(built: Built, tmp_path: Path) -> None:
     line = next(x for x in out.splitlines() if x.startswith("shard_set "))
     assert f"-> {new_key}" in line and f"1 of {len(manifest.shards)} shards" in line
 
+    # Through Dagster: the revocation is a partition of its asset, and the replacement version
+    # and shard set are partitions materialized with their blocking checks, all passing.
+    revocation_id = out.splitlines()[0].removeprefix("revocation ")
+    instance = operations.dagster_instance(s)
+    assert revocation_id in instance.get_dynamic_partitions("revocation")
+    assert "web@v2" in instance.get_dynamic_partitions("dataset_version")
+    recorded = _materialized(instance, "revocation", revocation_id).asset_materialization
+    assert recorded is not None
+    assert recorded.metadata["versions"].value == {"web@v1": "web@v2"}
+    assert recorded.metadata["shard_sets"].value == {built.shard_set_key: new_key}
+    assert recorded.metadata["reason"].value == "licensor asked"
+    assert recorded.metadata["documents_removed"].value == 1
+    assert _checks(instance, "dataset_version", "web@v2") == {"version_counts_match": True}
+    partition = shard_set_partition("web@v2", new_key.split("/", 1)[1])
+    assert _checks(instance, "shard_set", partition) == {
+        "shard_checksums_valid": True,
+        "token_counts_match_version": True,
+        "samples_carry_provenance": True,
+        "no_contaminated_samples": True,
+    }
+
     # The old version is refused, naming the reason and the replacement; audits may read it.
     with pytest.raises(ValueError, match=r"revoked: licensor asked.*web@v2"):
         make_dataset("web@v1", rank=0, world_size=1, settings=s)
@@ -265,6 +309,9 @@ def test_revocation_end_to_end(built: Built, tmp_path: Path) -> None:
     )
     out = _cli("revoke", "--source", "commoncrawl", "--reason", "licence withdrawn")
     assert "version web@v2 -> web@v3" in out and "version web@v1 -> none" in out
+    assert _checks(instance, "dataset_version", "web@v3") == {"version_counts_match": True}
+    v3_set = shard_set_partition("web@v3", new_key.split("/", 1)[1])
+    assert all(_checks(instance, "shard_set", v3_set).values())
     v3_docs = set(
         version_documents(s, require_version(s, "web@v3"), "tokenized_documents", ("doc_id",))
         .column("doc_id")
@@ -290,3 +337,55 @@ def test_revocation_end_to_end(built: Built, tmp_path: Path) -> None:
         ("doc", "licensor asked"),
         ("source", "licence withdrawn"),
     ]
+
+
+def test_an_interrupted_revocation_is_finished_by_running_it_again(built: Built) -> None:
+    """`fm revoke` killed after its `revocation` partition cut the replacements, before it built
+    their shard sets or marked the old ones: run again, it builds them through Dagster, with
+    their checks, and marks the old set naming its replacement."""
+    from fm_assets.defs.materialize import add_partitions, materialize
+    from fm_assets.defs.partitions import revocations
+    from fm_assets.shards.build import shard_set_key
+    from fm_assets.shards.revoke import revocation_plan
+    from fm_assets.storage.revocations import record_revocation
+    from fm_assets.versions.dataset_version import next_version_key
+
+    s = built.settings
+    version, _ = create_version(s, next_version_key(s, "web"), None, run_id=None)
+    build = build_shard_set(
+        s, version.version_key, built.tokenizer, SEQ_LEN, shard_size_bytes=SHARD_BYTES
+    )
+    config = build.manifest.shard_set_key.split("/", 1)[1]
+    doc = sorted(
+        version_documents(s, version, "tokenized_documents", ("doc_id",))
+        .column("doc_id")
+        .to_pylist()
+    )[0]
+
+    # The first attempt: recorded, its partition materialized, then killed.
+    record = record_revocation(s, "doc", doc, "asked again")
+    add_partitions(s, revocations, [record.revocation_id])
+    materialize(s, ["revocation"], record.revocation_id, print)
+    replaced = {v.version_key: v.replacement for v in revocation_plan(s, record).versions}
+    replacement = replaced[version.version_key]
+    assert replacement is not None
+    new_key = shard_set_key(replacement, config)
+    assert read_shard_set_row(s, new_key) is None
+    assert len(make_dataset(version.version_key, rank=0, world_size=1, settings=s)) > 0
+
+    out = _cli("revoke", "--doc", doc, "--reason", "asked again")
+    assert f"version {version.version_key} -> none" in out  # replaced by the first attempt
+    line = next(
+        x for x in out.splitlines() if x.startswith(f"shard_set {build.manifest.shard_set_key} ")
+    )
+    assert f"-> {new_key}" in line
+    with pytest.raises(ValueError, match=rf"revoked: asked again.*{replacement}"):
+        make_dataset(version.version_key, rank=0, world_size=1, settings=s)
+    instance = operations.dagster_instance(s)
+    assert _checks(instance, "dataset_version", replacement) == {"version_counts_match": True}
+    assert all(_checks(instance, "shard_set", shard_set_partition(replacement, config)).values())
+    new_row = read_shard_set_row(s, new_key)
+    assert new_row is not None
+    new_dir = Path(str(new_row["uri"]).removeprefix("file://"))
+    assert doc not in {d for ids in _shard_docs(new_dir) for d in ids}
+    assert len(make_dataset(replacement, rank=0, world_size=1, settings=s)) > 0

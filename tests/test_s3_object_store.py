@@ -165,8 +165,13 @@ def test_nothing_is_written_to_local_object_or_warehouse_dirs(platform: S3Platfo
     assert not (home / "objects").exists()
     assert not (home / "warehouse").exists()
     tables = platform.keys(WAREHOUSE)
-    for table in ("raw_documents", "tokenized_documents", "shard_sets", "dataset_versions"):
-        files = [k for k in tables if k.startswith(f"{WAREHOUSE}/fm/{table}/")]
+    for namespace, table in (
+        ("fm_cloud", "raw_documents"),
+        ("fm_cloud", "tokenized_documents"),
+        ("fm", "shard_sets"),
+        ("fm", "dataset_versions"),
+    ):
+        files = [k for k in tables if k.startswith(f"{WAREHOUSE}/{namespace}/{table}/")]
         assert any(k.endswith(".metadata.json") for k in files), table
         assert any(k.endswith(".parquet") for k in files), table
 

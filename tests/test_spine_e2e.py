@@ -181,7 +181,7 @@ def test_snapshots_record_stage_lineage(spine: Spine) -> None:
     s = spine.settings
     previous_snapshot = None
     for stage in pipeline.STAGE_NAMES:
-        table = catalog.load_table(s, stage)
+        table = catalog.load_table(s, stage, namespace="cloud")
         props = table.current_snapshot().summary.additional_properties
         assert props["fm.stage"] == stage
         assert props["fm.batch_id"] == spine.batch.batch_id
@@ -197,7 +197,9 @@ def test_rerun_with_same_inputs_does_no_work(spine: Spine) -> None:
 
     s = spine.settings
     runs_before = len(bookkeeping.stage_runs(s))
-    snapshots_before = {t: catalog.current_snapshot_id(s, t) for t in pipeline.STAGE_NAMES}
+    snapshots_before = {
+        t: catalog.current_snapshot_id(s, t, namespace="cloud") for t in pipeline.STAGE_NAMES
+    }
     dagster_runs_before = DagsterInstance.get().get_runs_count()
     log: list[str] = []
     # Right after the first run: every later stage's quarantine commit must not make an earlier
@@ -206,7 +208,9 @@ def test_rerun_with_same_inputs_does_no_work(spine: Spine) -> None:
     assert any("nothing to do" in line for line in log), log
     assert DagsterInstance.get().get_runs_count() == dagster_runs_before
     assert len(bookkeeping.stage_runs(s)) == runs_before
-    assert {t: catalog.current_snapshot_id(s, t) for t in pipeline.STAGE_NAMES} == snapshots_before
+    assert {
+        t: catalog.current_snapshot_id(s, t, namespace="cloud") for t in pipeline.STAGE_NAMES
+    } == snapshots_before
 
 
 def test_version_is_tagged_and_immutable(spine: Spine) -> None:
@@ -220,8 +224,8 @@ def test_version_is_tagged_and_immutable(spine: Spine) -> None:
     assert version.num_documents == tokenized.num_rows
     assert version.num_tokens == pc.sum(tokenized.column("num_tokens")).as_py()
     for table_name in pipeline.STAGE_NAMES:
-        refs = catalog.load_table(s, table_name).metadata.refs
-        assert refs[spine.version_key].snapshot_id == version.snapshot_ids[table_name]
+        refs = catalog.load_table(s, table_name, namespace="cloud").metadata.refs
+        assert refs[spine.version_key].snapshot_id == version.snapshot_ids["cloud"][table_name]
     with pytest.raises(ValueError, match="immutable"):
         create_version(s, spine.version_key, ["b-0000000000"], run_id=None)
 

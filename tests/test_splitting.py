@@ -91,10 +91,12 @@ def _raw_run(home: Path, files: list[Path], part_bytes: int) -> RawRun:
     batch, _ = operations.land(settings, files, source="crawl", license="CC0-1.0")
     messages: list[str] = []
     run_stage(settings, "raw_documents", batch.batch_id, progress=messages.append)
-    rows = catalog.read_table(settings, "raw_documents").select(
+    rows = catalog.read_table(settings, "raw_documents", namespace="cloud").select(
         [*ROW_COLUMNS, "record_offset", "record_line", "warc_record_id"]
     )
-    bad = catalog.read_table(settings, "quarantine").select(["record_id", "doc_id", "rule"])
+    bad = catalog.read_table(settings, "quarantine", namespace="cloud").select(
+        ["record_id", "doc_id", "rule"]
+    )
     planned = next(m for m in messages if " parts, " in m)  # "...: 1 files in 7 parts, 4 slices"
     return RawRun(
         rows=sorted(tuple(r.values()) for r in rows.to_pylist()),

@@ -139,7 +139,7 @@ def test_a_commit_whose_answer_was_lost_is_not_applied_twice(
     from fm_loader import retry
 
     monkeypatch.setattr(retry.time, "sleep", _no_sleep)
-    handle = data_files.table_handle(fm_settings, "quarantine")
+    handle = data_files.table_handle(fm_settings, "quarantine", "cloud")
     rows = quarantine_rows("b-1", 3)
     files = data_files.write_files(handle, rows, uuid.uuid4(), 0)
     real_lookup = data_files._snapshot_of_commit
@@ -152,10 +152,10 @@ def test_a_commit_whose_answer_was_lost_is_not_applied_twice(
 
     monkeypatch.setattr(data_files, "_snapshot_of_commit", lookup)
     replace = catalog.where_equal("batch_id", "b-1")
-    snapshot = data_files.commit_files(fm_settings, "quarantine", replace, files, {})
+    snapshot = data_files.commit_files(fm_settings, "quarantine", replace, files, {}, "cloud")
 
-    table = catalog.load_table(fm_settings, "quarantine")
-    assert catalog.read_batch(fm_settings, "quarantine", "b-1").num_rows == 3
+    table = catalog.load_table(fm_settings, "quarantine", namespace="cloud")
+    assert catalog.read_table(fm_settings, "quarantine", replace, namespace="cloud").num_rows == 3
     assert table.current_snapshot().snapshot_id == snapshot  # type: ignore[union-attr]
     committed = [s for s in table.snapshots() if data_files.COMMIT_ID in (s.summary or {})]
     assert len({s.summary[data_files.COMMIT_ID] for s in committed}) == 1  # type: ignore[index]

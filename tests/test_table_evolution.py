@@ -11,6 +11,7 @@ from fm_assets.storage import catalog
 from fm_assets.storage.schemas import RAW_DOCUMENTS
 
 NEW_COLUMNS = ("record_offset", "record_line", "warc_record_id")
+NS = "cloud"  # the data namespace whose raw_documents the test evolves
 
 
 def _row(doc_id: str, **extra: object) -> dict[str, object]:
@@ -32,20 +33,24 @@ def _row(doc_id: str, **extra: object) -> dict[str, object]:
 
 def test_an_old_table_gains_the_new_nullable_columns(fm_settings: Settings) -> None:
     old_schema = pa.schema([f for f in RAW_DOCUMENTS if f.name not in NEW_COLUMNS])
-    created = catalog.open_catalog(fm_settings).create_table(
-        f"{fm_settings.namespace}.raw_documents", schema=old_schema
-    )
+    identifier = catalog.table_identifier(fm_settings, "raw_documents", NS)
+    iceberg = catalog.open_catalog(fm_settings)
+    iceberg.create_namespace_if_not_exists(catalog.catalog_namespace(fm_settings, NS))
+    created = iceberg.create_table(identifier, schema=old_schema)
     created.append(pa.Table.from_pylist([_row("a" * 64)], schema=old_schema))
 
-    table = catalog.load_table(fm_settings, "raw_documents")
+    table = catalog.load_table(fm_settings, "raw_documents", namespace=NS)
 
     assert set(NEW_COLUMNS) <= set(table.schema().column_names)
     catalog.append_rows(
         fm_settings,
         "raw_documents",
         pa.Table.from_pylist([_row("b" * 64, record_offset=42)], schema=RAW_DOCUMENTS),
+        namespace=NS,
     )
-    rows = catalog.read_table(fm_settings, "raw_documents", columns=("doc_id", "record_offset"))
+    rows = catalog.read_table(
+        fm_settings, "raw_documents", columns=("doc_id", "record_offset"), namespace=NS
+    )
     assert sorted(rows.to_pylist(), key=lambda r: r["doc_id"]) == [
         {"doc_id": "a" * 64, "record_offset": None},
         {"doc_id": "b" * 64, "record_offset": 42},

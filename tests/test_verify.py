@@ -82,7 +82,7 @@ def _landed(b: Built) -> Path:
 
 def _data_file(b: Built) -> Path:
     tables = b.settings.home / "warehouse"
-    return _largest(list(tables.glob("fm/extracted_documents/data/**/*.parquet")))
+    return _largest(list(tables.glob("fm_cloud/extracted_documents/data/**/*.parquet")))
 
 
 def _iceberg_manifest(b: Built) -> Path:
@@ -90,8 +90,8 @@ def _iceberg_manifest(b: Built) -> Path:
     from fm_assets.storage import catalog
     from fm_assets.versions.dataset_version import require_version
 
-    snapshot_id = require_version(b.settings, b.version_key).snapshot_ids["raw_documents"]
-    table = catalog.load_table(b.settings, "raw_documents")
+    snapshot_id = require_version(b.settings, b.version_key).snapshot_ids["cloud"]["raw_documents"]
+    table = catalog.load_table(b.settings, "raw_documents", namespace="cloud")
     snapshot = table.snapshot_by_id(snapshot_id)
     assert snapshot is not None
     return _largest([_local(m.manifest_path) for m in snapshot.manifests(table.io)])
@@ -110,8 +110,10 @@ def _manifest_list(b: Built) -> Path:
     from fm_assets.storage import catalog
     from fm_assets.versions.dataset_version import require_version
 
-    snapshot_id = require_version(b.settings, b.version_key).snapshot_ids["tokenized_documents"]
-    snapshot = catalog.load_table(b.settings, "tokenized_documents").snapshot_by_id(snapshot_id)
+    version = require_version(b.settings, b.version_key)
+    snapshot_id = version.snapshot_ids["cloud"]["tokenized_documents"]
+    table = catalog.load_table(b.settings, "tokenized_documents", namespace="cloud")
+    snapshot = table.snapshot_by_id(snapshot_id)
     assert snapshot is not None
     return _local(snapshot.manifest_list)
 

@@ -33,8 +33,13 @@ def _iceberg(settings: Settings, version_key: str) -> dict[str, list[Path]]:
     data: list[Path] = []
     manifests: list[Path] = []
     lists: list[Path] = []
-    for name, snapshot_id in version.snapshot_ids.items():
-        table = catalog.load_table(settings, name)
+    pinned = [
+        (namespace, name, snapshot_id)
+        for namespace, snapshots in version.snapshot_ids.items()
+        for name, snapshot_id in snapshots.items()
+    ]
+    for namespace, name, snapshot_id in pinned:
+        table = catalog.load_table(settings, name, namespace=namespace)
         snapshot = table.snapshot_by_id(snapshot_id)
         if snapshot is None:
             continue

@@ -19,7 +19,9 @@ from fm_assets.cards.markdown import render_markdown
 from fm_assets.cards.plots import card_plots
 from fm_assets.settings import Settings
 from fm_assets.storage.objectstore import ObjectStore
+from fm_assets.storage.revocations import require_revocation
 from fm_assets.versions.dataset_version import DatasetVersion
+from fm_assets.versions.revocation import replaced_base
 
 CARD_FILE = "dataset_card.md"
 
@@ -38,10 +40,13 @@ def build_card(
     settings: Settings,
     version: DatasetVersion,
     contamination: Mapping[str, object] | None = None,
-    revocations: Sequence[Mapping[str, object]] = (),
+    revocations: Sequence[Mapping[str, object]] | None = None,
 ) -> DatasetCard:
     """Build the card of `version`; `contamination` (flagged benchmarks, items) adds a section,
-    and so do `revocations` (what a revocation removed to cut this version)."""
+    and so do `revocations` (what a revocation removed to cut this version; by default, read
+    from the revocation that cut it, if one did)."""
+    if revocations is None:
+        revocations = revocation_sections(settings, version)
     data = read_card_data(settings, version)
     flagged = (
         None
@@ -56,6 +61,26 @@ def build_card(
         summary["revocations"] = listed
         markdown += _revocation_section(listed)
     return DatasetCard(version.version_key, markdown, plots, summary)
+
+
+def revocation_sections(settings: Settings, version: DatasetVersion) -> list[dict[str, object]]:
+    """The card's revocation section of a replacement version: the revocation that cut it."""
+    base = replaced_base(settings, version.version_key)
+    if base is None:
+        return []
+    r = require_revocation(settings, base.revocation_id)
+    return [
+        {
+            "revocation_id": r.revocation_id,
+            "criterion": r.criterion,
+            "value": r.value,
+            "replaces": base.version_key,
+            "documents_removed": base.documents_removed,
+            "reason": r.reason,
+            "revoked_by": r.revoked_by,
+            "revoked_at": r.revoked_at.isoformat(timespec="seconds"),
+        }
+    ]
 
 
 def _revocation_section(revocations: list[dict[str, object]]) -> str:

@@ -1,6 +1,7 @@
 """The counts a dataset card shows, read from the tables as one dataset version sees them.
 
-Document tables are read at the version's Iceberg tags. `quarantine` and `pii_redactions` are read
+Every table is read in each data namespace the version holds. Document tables are read at the
+version's Iceberg tags. `quarantine` and `pii_redactions` are read
 at their own tag of the version when they have one, else as they stood at the version's latest
 pinned document commit: the runner commits a stage's quarantine and side tables before its
 output, so that instant holds the rows behind the version's documents (unless a rerun of one of
@@ -20,8 +21,7 @@ from fm_assets.curation.policy import DatasetPolicy
 from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
-from fm_assets.versions.dataset_version import DOCUMENT_TABLES, DatasetVersion
-from fm_assets.versions.membership import excluded_documents
+from fm_assets.versions.dataset_version import DOCUMENT_TABLES, DatasetVersion, version_documents
 from fm_assets.versions.policies import version_policies
 
 EXACT_DEDUP = ("raw_documents", "exact_duplicate")  # (stage, quarantine rule)
@@ -105,19 +105,23 @@ def read_card_data(settings: Settings, version: DatasetVersion) -> CardData:
     )
 
 
-def _snapshot(settings: Settings, version: DatasetVersion, table: str) -> int | None:
-    """The snapshot of `table` the version sees; None when the table had no rows then."""
-    if table in version.snapshot_ids:
-        return version.snapshot_ids[table]
+def _snapshot(
+    settings: Settings, version: DatasetVersion, table: str, namespace: str
+) -> int | None:
+    """The snapshot of `table` (of data namespace `namespace`) the version sees; None when the
+    table had no rows then."""
+    pinned_ids = version.snapshot_ids.get(namespace, {})
+    if table in pinned_ids:
+        return pinned_ids[table]
     if table in DOCUMENT_TABLES:
         return None  # create_version pins every document table that had a snapshot
-    iceberg = catalog.load_table(settings, table)
+    iceberg = catalog.load_table(settings, table, namespace=namespace)
     tagged = iceberg.snapshot_by_name(version.version_key)
     if tagged is not None:
         return tagged.snapshot_id
     pinned = [
-        catalog.load_table(settings, name).snapshot_by_id(snapshot_id)
-        for name, snapshot_id in version.snapshot_ids.items()
+        catalog.load_table(settings, name, namespace=namespace).snapshot_by_id(snapshot_id)
+        for name, snapshot_id in pinned_ids.items()
     ]
     times = [s.timestamp_ms for s in pinned if s is not None]
     snapshot = iceberg.snapshot_as_of_timestamp(max(times)) if times else None
@@ -127,21 +131,26 @@ def _snapshot(settings: Settings, version: DatasetVersion, table: str) -> int | 
 def _read(
     settings: Settings, version: DatasetVersion, table: str, columns: tuple[str, ...]
 ) -> pa.Table:
-    snapshot_id = _snapshot(settings, version, table)
-    if snapshot_id is None:
-        schema = catalog.table_schema(table)
-        return pa.schema([schema.field(c) for c in columns]).empty_table()
-    return catalog.read_table(
-        settings, table, catalog.where_in("batch_id", list(version.batches)), snapshot_id, columns
-    )
+    """The rows of the version's batches in `table`, from every data namespace it holds."""
+    schema = catalog.table_schema(table)
+    parts = [pa.schema([schema.field(c) for c in columns]).empty_table()]
+    for namespace in version.namespaces:
+        snapshot_id = _snapshot(settings, version, table, namespace)
+        if snapshot_id is not None:
+            where = catalog.where_in("batch_id", list(version.batches))
+            parts.append(
+                catalog.read_table(
+                    settings, table, where, snapshot_id, columns, namespace=namespace
+                )
+            )
+    return pa.concat_tables(parts)
 
 
 def _final_documents(settings: Settings, version: DatasetVersion) -> pa.Table:
     """doc_id, batch_id, source, num_tokens and language of every document of the version."""
-    docs = _read(settings, version, FINAL_STAGE, ("doc_id", "batch_id", "source", "num_tokens"))
-    excluded = excluded_documents(settings, version.version_key)
-    if excluded:  # a revocation's replacement version: its snapshots hold what it left out
-        docs = docs.filter(pc.invert(pc.is_in(docs.column("doc_id"), pa.array(sorted(excluded)))))
+    docs = version_documents(
+        settings, version, FINAL_STAGE, ("doc_id", "batch_id", "source", "num_tokens")
+    )
     languages = _read(
         settings, version, "language_tagged_documents", ("doc_id", "batch_id", "language")
     )
@@ -198,18 +207,20 @@ def _pii_counts(
 
 def _character_lengths(settings: Settings, version: DatasetVersion) -> npt.NDArray[np.int64]:
     """Characters per final document, streamed: the text column never sits in memory whole."""
-    snapshot_id = _snapshot(settings, version, FINAL_STAGE)
-    if snapshot_id is None:
-        return np.zeros(0, dtype=np.int64)
-    scan = catalog.load_table(settings, FINAL_STAGE).scan(
-        row_filter=catalog.where_in("batch_id", list(version.batches)),
-        snapshot_id=snapshot_id,
-        selected_fields=("text",),
-    )
-    parts = [
-        pc.utf8_length(batch.column("text")).to_numpy(zero_copy_only=False)
-        for batch in scan.to_arrow_batch_reader()
-    ]
+    parts = []
+    for namespace in version.namespaces:
+        snapshot_id = _snapshot(settings, version, FINAL_STAGE, namespace)
+        if snapshot_id is None:
+            continue
+        scan = catalog.load_table(settings, FINAL_STAGE, namespace=namespace).scan(
+            row_filter=catalog.where_in("batch_id", list(version.batches)),
+            snapshot_id=snapshot_id,
+            selected_fields=("text",),
+        )
+        parts += [
+            pc.utf8_length(batch.column("text")).to_numpy(zero_copy_only=False)
+            for batch in scan.to_arrow_batch_reader()
+        ]
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
 
 

@@ -17,25 +17,38 @@ from fm_assets.storage.landing import read_manifest
 from fm_assets.storage.objectstore import open_object_store
 
 
+def _batch_facts(settings: Settings, table: str, batch_id: str, wanted: Wanted) -> Facts:
+    """The facts of a batch's partition of a table of its data namespace."""
+    namespace = catalog.batch_namespace(settings, batch_id)
+    where = catalog.where_equal("batch_id", batch_id)
+    return table_facts(settings, table, where, wanted, namespace=namespace)
+
+
 def _quarantined(settings: Settings, batch_id: str, stage: str, wanted: Wanted) -> Facts:
     where = catalog.where_all(
         catalog.where_equal("batch_id", batch_id), catalog.where_equal("stage", stage)
     )
-    return table_facts(settings, "quarantine", where, wanted)
+    namespace = catalog.batch_namespace(settings, batch_id)
+    return table_facts(settings, "quarantine", where, wanted, namespace=namespace)
 
 
 def records_accounted_for(settings: Settings, stage: str, batch_id: str) -> CheckOutcome:
     """records in = records kept + records quarantined, recounted from the committed tables."""
     upstream = pipeline.upstream_of(stage)
     wanted = Wanted(numbering=upstream is None)
-    kept = table_facts(settings, stage, catalog.where_equal("batch_id", batch_id), wanted)
+    kept = _batch_facts(settings, stage, batch_id, wanted)
     bad = _quarantined(settings, batch_id, stage, wanted)
     if upstream is None:
         return _raw_accounting(settings, batch_id, kept, bad)
     run = latest_stage_run(settings, batch_id, stage)
     snapshot = int(run["input_snapshot_id"]) if run and run["input_snapshot_id"] else None
     records_in = table_facts(
-        settings, upstream, catalog.where_equal("batch_id", batch_id), Wanted(), snapshot
+        settings,
+        upstream,
+        catalog.where_equal("batch_id", batch_id),
+        Wanted(),
+        snapshot,
+        catalog.batch_namespace(settings, batch_id),
     )
     out = kept.rows + bad.rows
     same = (kept.record_sum + bad.record_sum) & ((1 << 64) - 1) == records_in.record_sum
@@ -93,7 +106,7 @@ def document_expectations(settings: Settings, stage: str, batch_id: str) -> Chec
     # suite checks the document columns, exactly.
     columns = tuple(schemas.TEXT_DOCUMENTS.names) if kind == "text" else None
     wanted = Wanted(expectations=kind, expectation_columns=columns, doc_ids=True)  # type: ignore[arg-type]
-    facts = table_facts(settings, stage, catalog.where_equal("batch_id", batch_id), wanted)
+    facts = _batch_facts(settings, stage, batch_id, wanted)
     report = facts.expectation_report()
     repeated = facts.duplicate_doc_ids()
     passed = report.success and not repeated
@@ -114,12 +127,7 @@ def document_expectations(settings: Settings, stage: str, batch_id: str) -> Chec
 
 def token_counts_consistent(settings: Settings, batch_id: str) -> CheckOutcome:
     """num_tokens equals the stored token list's length, and every id is inside the vocabulary."""
-    facts = table_facts(
-        settings,
-        "tokenized_documents",
-        catalog.where_equal("batch_id", batch_id),
-        Wanted(tokens=True),
-    )
+    facts = _batch_facts(settings, "tokenized_documents", batch_id, Wanted(tokens=True))
     problems = (
         [f"{facts.token_mismatches} documents whose num_tokens differs from their tokens"]
         if facts.token_mismatches

@@ -117,17 +117,19 @@ def table_facts(
     where: BooleanExpression,
     wanted: Wanted,
     snapshot_id: int | None = None,
+    namespace: str | None = None,
 ) -> Facts:
-    """The facts of the rows of `table` matching `where` (at `snapshot_id`), recounted on Ray."""
+    """The facts of the rows of `table` (of data namespace `namespace`) matching `where` (at
+    `snapshot_id`), recounted on Ray."""
 
-    if catalog.current_snapshot_id(settings, table) is None:
+    if catalog.current_snapshot_id(settings, table, namespace=namespace) is None:
         return Facts()
-    files = plan_files(settings, table, where, snapshot_id)
+    files = plan_files(settings, table, where, snapshot_id, namespace)
     if not files:
         return Facts()
     ensure_ray(settings)
     groups = table_slices(files, ray_cpus())
-    handle = table_handle(settings, table)
+    handle = table_handle(settings, table, namespace)
     facts_of = remote(file_facts)
     facts = Facts()
     found = run_tasks(lambda i: facts_of.remote(handle, groups[i], where, wanted), len(groups))

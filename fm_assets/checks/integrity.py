@@ -70,8 +70,9 @@ def verify(settings: Settings, key: str) -> Verification:
     result = Verification(key)
     version = require_version(settings, key)
     _landed_files(settings, list(version.batches), result)
-    for table, snapshot_id in sorted(version.snapshot_ids.items()):
-        _table_files(settings, table, list(version.batches), snapshot_id, result)
+    for namespace, snapshots in sorted(version.snapshot_ids.items()):
+        for table, snapshot_id in sorted(snapshots.items()):
+            _table_files(settings, table, namespace, list(version.batches), snapshot_id, result)
     shard_sets = catalog.read_table(
         settings, "shard_sets", row_filter=catalog.where_equal("version_key", key)
     )
@@ -128,13 +129,21 @@ def _landed_files(settings: Settings, batches: list[str], result: Verification) 
 
 
 def _table_files(
-    settings: Settings, table: str, batches: list[str], snapshot_id: int, result: Verification
+    settings: Settings,
+    table: str,
+    namespace: str,
+    batches: list[str],
+    snapshot_id: int,
+    result: Verification,
 ) -> None:
-    where = f"table {table} at snapshot {snapshot_id}"
-    if not _manifests_intact(settings, table, snapshot_id, where, result):
+    identifier = catalog.table_identifier(settings, table, namespace)
+    where = f"table {identifier} at snapshot {snapshot_id}"
+    if not _manifests_intact(settings, table, namespace, snapshot_id, where, result):
         return  # a scan through a corrupt manifest could return the wrong files
     try:
-        tasks = plan_files(settings, table, catalog.where_in("batch_id", batches), snapshot_id)
+        tasks = plan_files(
+            settings, table, catalog.where_in("batch_id", batches), snapshot_id, namespace
+        )
     except Exception as exc:  # unreadable metadata JSON, manifest list or manifest
         result.flag(where, f"its Iceberg metadata does not read: {type(exc).__name__}: {exc}")
         return
@@ -164,10 +173,15 @@ def _table_files(
 
 
 def _manifests_intact(
-    settings: Settings, table: str, snapshot_id: int, where: str, result: Verification
+    settings: Settings,
+    table: str,
+    namespace: str,
+    snapshot_id: int,
+    where: str,
+    result: Verification,
 ) -> bool:
     """Compare the snapshot's manifest list and manifests with the checksums pinned at commit."""
-    iceberg = catalog.load_table(settings, table)
+    iceberg = catalog.load_table(settings, table, namespace=namespace)
     snapshot = iceberg.snapshot_by_id(snapshot_id)
     if snapshot is None:
         result.flag(where, "the snapshot is gone from the table's metadata")

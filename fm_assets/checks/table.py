@@ -155,9 +155,11 @@ def stage_data_version(settings: Settings, stage: str, batch_id: str, stage_key:
         (stage, this_batch),
         ("quarantine", catalog.where_all(this_batch, catalog.where_equal("stage", stage))),
     )
+    namespace = catalog.batch_namespace(settings, batch_id)
     digest = hashlib.sha256()
     for table, where in partitions:
-        for path in sorted(t.file.file_path for t in plan_files(settings, table, where, None)):
+        files = plan_files(settings, table, where, None, namespace)
+        for path in sorted(t.file.file_path for t in files):
             digest.update(f"{table}\x1f{path}\x1e".encode())
     return f"{stage_key}:{digest.hexdigest()[:32]}"
 

@@ -235,13 +235,21 @@ def registry_add(name: str, path: str, fields: str) -> None:
 @click.argument("table")
 @click.option("--batch", "batch_id", default=None)
 @click.option("--version", "version_key", default=None)
+@click.option("--namespace", default=None, help="Only this data namespace's copy of the table.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
-def export(table: str, batch_id: str | None, version_key: str | None, out: str) -> None:
-    """Dump a table (optionally one batch or one version) as JSONL."""
+def export(
+    table: str, batch_id: str | None, version_key: str | None, namespace: str | None, out: str
+) -> None:
+    """Dump a table (optionally one batch, one version or one data namespace) as JSONL."""
     from fm_assets.commands.export import export_table
 
     count = export_table(
-        load_settings(), table, Path(out), batch_id=batch_id, version_key=version_key
+        load_settings(),
+        table,
+        Path(out),
+        batch_id=batch_id,
+        version_key=version_key,
+        namespace=namespace,
     )
     _echo(f"wrote {count} rows of {table} to {out}")
     click.echo(out)

@@ -1,10 +1,11 @@
 """`fm explain DOC_ID`: every stage's decision on one document, with the scores and thresholds
 that made it.
 
-For each batch that holds the document (a later batch may hold it as an exact duplicate), the
-stages in pipeline order: kept (with what the stage measured), quarantined (rule and reason), or
-not reached. The thresholds are the ones the stage ran with, read from its recorded config, so
-the answer holds for the run that decided, not for the policy file as it is now.
+For each batch that holds the document (a later batch may hold it as an exact duplicate; every
+data namespace is searched), the stages in pipeline order: kept (with what the stage measured),
+quarantined (rule and reason), or not reached. The thresholds are the ones the stage ran with,
+read from its recorded config, so the answer holds for the run that decided, not for the policy
+file as it is now.
 """
 
 from __future__ import annotations
@@ -34,11 +35,16 @@ _DETAIL_COLUMNS: dict[str, tuple[str, ...]] = {
 def explain_document(settings: Settings, doc_id: str) -> list[str]:
     """Lines describing every stage's decision on `doc_id`; ValueError if no table holds it."""
     mine = catalog.where_equal("doc_id", doc_id)
-    quarantined = catalog.read_table(
-        settings, "quarantine", mine, columns=("batch_id", "stage", "rule", "reason", "record_id")
+    namespaces = catalog.data_namespaces(settings)
+    quarantined = catalog.read_namespaces(
+        settings,
+        "quarantine",
+        namespaces,
+        mine,
+        ("batch_id", "stage", "rule", "reason", "record_id"),
     ).to_pylist()
-    raw = catalog.read_table(
-        settings, "raw_documents", mine, columns=("batch_id", "record_id", "source", "url")
+    raw = catalog.read_namespaces(
+        settings, "raw_documents", namespaces, mine, ("batch_id", "record_id", "source", "url")
     ).to_pylist()
     batches = sorted({r["batch_id"] for r in quarantined + raw})
     if not batches:
@@ -58,9 +64,10 @@ def _explain_in_batch(
     here = catalog.where_all(
         catalog.where_equal("doc_id", doc_id), catalog.where_equal("batch_id", batch_id)
     )
+    namespace = catalog.batch_namespace(settings, batch_id)
     record = next((r for r in raw if r["batch_id"] == batch_id), None)
     where = f" record {record['record_id']}, {record['url'] or 'no url'}" if record else ""
-    lines = [f"batch {batch_id}{where}"]
+    lines = [f"batch {batch_id} (namespace {namespace}){where}"]
     final_run = latest_stage_run(settings, batch_id, pipeline.STAGE_NAMES[-1])
     policy = (
         json.loads(final_run["policy_json"]) if final_run and final_run["policy_json"] else None
@@ -89,7 +96,9 @@ def _explain_in_batch(
         columns = _DETAIL_COLUMNS.get(stage, ("doc_id",))
         if stage == "quality_scored_documents":
             columns = tuple(catalog.table_schema(stage).names)
-        rows = catalog.read_table(settings, stage, here, columns=columns).to_pylist()
+        rows = catalog.read_table(
+            settings, stage, here, columns=columns, namespace=namespace
+        ).to_pylist()
         if not rows:
             lines.append(f"  {stage:<29} not in its output (a rerun replaced it?)")
             return lines
@@ -124,7 +133,13 @@ def _pii(settings: Settings, batch_id: str, row: Row, config: dict[str, Any]) ->
     here = catalog.where_all(
         catalog.where_equal("doc_id", row["doc_id"]), catalog.where_equal("batch_id", batch_id)
     )
-    kinds = catalog.read_table(settings, "pii_redactions", here, columns=("kind",))
+    kinds = catalog.read_table(
+        settings,
+        "pii_redactions",
+        here,
+        columns=("kind",),
+        namespace=catalog.batch_namespace(settings, batch_id),
+    )
     counts = Counter(kinds.column("kind").to_pylist())
     found = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
     return f"redacted: {found}" if found else "nothing redacted"

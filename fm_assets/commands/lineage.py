@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from fm_assets.settings import load_settings
-
-if TYPE_CHECKING:
-    from fm_assets.settings import Settings
-    from fm_assets.shards.revoke import RevocationReport
 
 
 def _echo(message: str) -> None:
@@ -70,42 +66,6 @@ def lineage_revocations() -> None:
     _print([vars(r) for r in read_revocations(load_settings())])
 
 
-def _write_cards(settings: Settings, report: RevocationReport) -> None:
-    """Each replacement version's dataset card, with its revocation section, where the version's
-    and its shard sets' cards live."""
-    from fm_assets.cards.build import build_card, write_card_to_store
-    from fm_assets.shards.build import read_shard_set_row
-    from fm_assets.storage.objectstore import open_object_store
-    from fm_assets.versions.dataset_version import require_version
-
-    store = open_object_store(settings)
-    r = report.revocation
-    for outcome in report.versions:
-        if outcome.replacement is None:
-            continue
-        section = {
-            "revocation_id": r.revocation_id,
-            "criterion": r.criterion,
-            "value": r.value,
-            "replaces": outcome.version_key,
-            "documents_removed": len(outcome.removed),
-            "reason": r.reason,
-            "revoked_by": r.revoked_by,
-            "revoked_at": r.revoked_at.isoformat(timespec="seconds"),
-        }
-        version = require_version(settings, outcome.replacement)
-        card = build_card(settings, version, revocations=[section])
-        write_card_to_store(card, store, f"cards/{version.version_key}")
-        for row in report.shard_sets:
-            key = row["replacement"]
-            if key and key.startswith(f"{version.version_key}/"):
-                built = read_shard_set_row(settings, key)
-                if built is None:
-                    raise ValueError(f"replacement shard set {key} is not registered")
-                write_card_to_store(card, store, f"{store.key_of(str(built['uri']))}/card")
-        _echo(f"wrote the dataset card of {version.version_key}")
-
-
 @click.command()
 @click.option("--doc", "doc_id", default=None, help="A document id (or raw sha256).")
 @click.option("--source", default=None, help="A source name, as landed.")
@@ -119,22 +79,24 @@ def revoke(
     batch_id: str | None,
     reason: str,
 ) -> None:
-    """Revoke documents: replace every version and shard set holding them, mark the old ones."""
-    from fm_assets.shards.revoke import revoke as run_revocation
+    """Revoke documents: replace every version and shard set holding them, mark the old ones.
+
+    The revocation is a partition of the `revocation` asset; each replacement version and shard
+    set is materialized through Dagster, with its blocking checks.
+    """
+    from fm_assets.commands.operations import revoke as run_revocation
 
     named = {"doc": doc_id, "source": source, "license": license_, "batch": batch_id}
     chosen = [(k, v) for k, v in named.items() if v is not None]
     if len(chosen) != 1:
         raise ValueError("name exactly one of --doc, --source, --license or --batch to revoke")
     criterion, value = chosen[0]
-    settings = load_settings()
-    report = run_revocation(settings, criterion, value, reason, progress=_echo)
-    _write_cards(settings, report)
+    report = run_revocation(load_settings(), criterion, value, reason, _echo)
     click.echo(f"revocation {report.revocation.revocation_id}")
     for v in report.versions:
         click.echo(
             f"version {v.version_key} -> {v.replacement or 'none'} "
-            f"({len(v.removed)} documents, {v.tokens_removed} tokens removed)"
+            f"({v.documents_removed} documents, {v.tokens_removed} tokens removed)"
         )
     for s in report.shard_sets:
         click.echo(

@@ -28,6 +28,7 @@ from fm_assets.defs.partitions import (
     dataset_versions,
     landing_batches,
     quality_classifiers,
+    revocations,
     shard_configs,
 )
 from fm_assets.execution.preflight import (
@@ -39,9 +40,11 @@ from fm_assets.registries.classifiers import ensure_default_classifier, register
 from fm_assets.registries.tokenizers import resolve_tokenizer
 from fm_assets.settings import Settings
 from fm_assets.shards.build import shard_config_key, shard_set_key
+from fm_assets.shards.revoke import RevocationReport, finish_revocation, revocation_plan
 from fm_assets.storage.approvals import AwaitingApproval, decisions
 from fm_assets.storage.landing import BatchManifest, land_files
 from fm_assets.storage.objectstore import open_object_store
+from fm_assets.storage.revocations import record_revocation
 from fm_assets.versions.dataset_version import choose_batches, next_version_key, require_version
 
 __all__ = [
@@ -51,6 +54,7 @@ __all__ = [
     "dagster_instance",
     "land",
     "register_benchmark",
+    "revoke",
     "run_batch",
     "train_classifier",
     "train_default_classifier",
@@ -137,6 +141,59 @@ def build_shards(
     add_partitions(settings, shard_configs, [config])
     materialize(settings, ["shard_set"], shard_set_partition(version_key, config), log)
     return shard_set_key(version_key, config)
+
+
+def revoke(
+    settings: Settings,
+    criterion: str,
+    value: str,
+    reason: str,
+    log: Log,
+    *,
+    revoked_by: str | None = None,
+) -> RevocationReport:
+    """Record a revocation and replace every version and shard set holding what it names, through
+    Dagster: the `revocation` partition cuts the replacement versions, each replacement's
+    `dataset_version` and `shard_set` partition is materialized (their blocking checks run), then
+    the old sets are marked. A replacement failing its checks is not named by the markers, and
+    raises ChecksFailed once every old set is marked."""
+    record = record_revocation(settings, criterion, value, reason, revoked_by)
+    log(f"recorded {record.revocation_id}: {record.describe()} ({reason})")
+    add_partitions(settings, revocations, [record.revocation_id])
+    materialize(settings, ["revocation"], record.revocation_id, log)
+    plan = revocation_plan(settings, record)
+    for outcome in plan.versions:
+        log(
+            f"{outcome.version_key}: {outcome.documents_removed} documents revoked; "
+            f"replacement {outcome.replacement or 'none'}"
+        )
+    failures: dict[str, str] = {}  # version or shard set key -> why it failed
+    for key in plan.replacement_versions:
+        batches = list(require_version(settings, key).batches)
+        run_config = {"ops": {"dataset_version": {"config": {"batches": batches}}}}
+        try:
+            materialize(settings, ["dataset_version"], key, log, run_config)
+        except ChecksFailed as exc:
+            failures[key] = str(exc)
+        for item in plan.shard_sets:
+            if item.version != key or item.key is None or not item.build:
+                continue
+            if key in failures:  # no shard set is built from a version failing its checks
+                failures[item.key] = f"{key} failed its checks"
+                continue
+            partition = shard_set_partition(key, str(item.old["shard_config"]))
+            try:
+                materialize(settings, ["shard_set"], partition, log)
+            except ChecksFailed as exc:
+                failures[item.key] = str(exc)
+    report = finish_revocation(settings, plan, failed=set(failures))
+    if failures:
+        raise ChecksFailed(
+            f"{record.revocation_id} is recorded and the old sets are marked, but replacements "
+            f"failed: {'; '.join(failures.values())}; fix them, then `fm revoke` again or "
+            "`fm shards build`"
+        )
+    return report
 
 
 def train_classifier(

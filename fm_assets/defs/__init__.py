@@ -1,5 +1,5 @@
 """Dagster objects only, one module per layer: landing, curated, versions, shards, cache,
-registry."""
+registry, provenance."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from fm_assets.defs.cache import shard_set_cache
 from fm_assets.defs.curated import build_curated_assets
 from fm_assets.defs.jobs import process_landing_batch
 from fm_assets.defs.landing import build_landing_sensor, landing_batch
+from fm_assets.defs.provenance import revocation
 from fm_assets.defs.registry import (
     contamination_registry,
     contamination_registry_sensor,
@@ -39,6 +40,7 @@ def build_definitions() -> dg.Definitions:
             quality_classifier_registry,
             contamination_registry,
             contamination_scan,
+            revocation,
         ],
         jobs=[process_landing_batch, rescan_versions, decide_quarantined_batch],
         sensors=[

@@ -17,6 +17,7 @@ from fm_assets.defs.resources import FmPlatform
 from fm_assets.execution import pipeline
 from fm_assets.execution.runner import run_stage
 from fm_assets.registries.classifiers import NoDefaultClassifier, ensure_default_classifier
+from fm_assets.storage import catalog
 
 
 def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.AssetsDefinition:
@@ -73,7 +74,9 @@ def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.A
             for k, v in dataclasses.asdict(report).items()
             if v is not None
         }
-        metadata["table"] = f"{settings.namespace}.{entry.name}"
+        metadata["table"] = catalog.table_identifier(
+            settings, entry.name, catalog.batch_namespace(settings, batch_id)
+        )
         return dg.MaterializeResult(
             metadata=metadata,
             check_results=checks,

@@ -1,4 +1,5 @@
-"""Partitions: landing batches, dataset versions, version x shard config, and registry entries."""
+"""Partitions: landing batches, dataset versions, version x shard config, registry entries and
+revocations."""
 
 from __future__ import annotations
 
@@ -12,3 +13,4 @@ shard_set_partitions = dg.MultiPartitionsDefinition(
 )
 quality_classifiers = dg.DynamicPartitionsDefinition(name="quality_classifier")  # model sha256
 benchmarks = dg.DynamicPartitionsDefinition(name="benchmark")  # contamination registry entries
+revocations = dg.DynamicPartitionsDefinition(name="revocation")  # revocation id

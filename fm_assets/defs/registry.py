@@ -17,9 +17,8 @@ from fm_assets.contamination.store import (
 from fm_assets.defs.partitions import benchmarks, dataset_versions, quality_classifiers
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.registries.classifiers import require_classifier
-from fm_assets.storage import catalog, schemas
 from fm_assets.storage.objectstore import open_object_store
-from fm_assets.versions.contamination_scan import scan_version
+from fm_assets.versions.contamination_scan import record_flags, scan_version
 from fm_assets.versions.dataset_version import require_version
 
 
@@ -122,19 +121,11 @@ def contamination_registry(
     "in their metadata and dataset card.",
 )
 def contamination_scan(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
-    import pyarrow as pa
-
     settings = fm.settings()
     version = require_version(settings, context.partition_key)
     ref = registry_ref(settings)
     rows = scan_version(settings, version, ref)
-    catalog.replace_rows(
-        settings,
-        "contamination_flags",
-        pa.Table.from_pylist(rows, schema=schemas.CONTAMINATION_FLAGS),
-        catalog.where_equal("version_key", version.version_key),
-        {"fm.version": version.version_key, "fm.registry": ref},
-    )
+    record_flags(settings, version, rows, ref)
     by_benchmark: dict[str, set[int]] = {}
     for row in rows:
         by_benchmark.setdefault(row["benchmark"], set()).add(row["item_id"])

@@ -13,11 +13,8 @@ from fm_assets.defs.progress import progress_logger
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.defs.versions import DATASET_VERSION
 from fm_assets.registries.tokenizers import resolve_tokenizer
-from fm_assets.shards.build import (
-    build_shard_set,
-    parse_shard_config,
-    shard_set_key,
-)
+from fm_assets.shards.build import parse_shard_config, shard_set_key
+from fm_assets.shards.revision import build_version_shard_set
 from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions.dataset_version import require_version
 
@@ -43,7 +40,8 @@ warnings.filterwarnings("ignore", category=dg.BetaWarning)
     kinds={"ray"},
     pool="ray",
     check_specs=check_specs(SHARD_SET, SHARD_SET_CHECKS, shard_set_partitions),
-    description="A version packed best-fit-decreasing into seq_len sequences, as MDS shards.",
+    description="A version packed best-fit-decreasing into seq_len sequences, as MDS shards "
+    "(a revocation's replacement version: its base's set with the revoked documents removed).",
 )
 def shard_set(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
     settings = fm.settings()
@@ -54,7 +52,7 @@ def shard_set(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.Materiali
     version_key, config = key["version"], key["shard_config"]
     tokenizer_prefix, seq_len = parse_shard_config(config)
     tokenizer = resolve_tokenizer(settings, tokenizer_prefix)
-    build = build_shard_set(
+    build = build_version_shard_set(
         settings,
         version_key,
         tokenizer,

@@ -3,8 +3,9 @@ duplicates by hash-partitioned work, never on the driver.
 
     split    large files cut at record boundaries (one reading task per splittable large file)
     scan     per slice of parts: item counts, and each kept record's hash, sent to its bucket
-    decide   per bucket: first occurrence wins (a record another batch already indexed, through
-             the pruned `document_index` bucket, then the batch's own order); writes the
+    decide   per bucket: first occurrence wins (a record another batch of the same data namespace
+             already indexed, through the pruned `document_index` bucket of that namespace,
+             then the batch's own order); writes the
              bucket's index rows; routes duplicates back
     read     per slice: parse again, quarantine the duplicates, write the data files
 
@@ -101,7 +102,7 @@ def run_raw(
             manifest.batch_id,
             routes,
             index,
-            _other_batches_files(settings, b, manifest.batch_id),
+            _other_batches_files(settings, b, manifest),
             outputs.write_id,
             *[refs[1 + b] for refs in scanned],
         )
@@ -192,20 +193,24 @@ def _number_items(parts: pa.Table, counts: dict[int, tuple[int, int]]) -> pa.Tab
     return parts
 
 
-def _other_batches_files(settings: Settings, bucket: int, batch_id: str) -> list[FileScanTask]:
-    """The `document_index` files of `bucket` holding every other batch.
+def _other_batches_files(
+    settings: Settings, bucket: int, manifest: BatchManifest
+) -> list[FileScanTask]:
+    """The `document_index` files of `bucket` holding every other batch of the batch's data
+    namespace: exact dedup is per namespace (a batch never reads another namespace's index).
 
     Every other batch, not only those published earlier: batches run concurrently, and a batch
     published later may have committed first. The runner lets one raw stage at a time decide
-    and commit (a lock on `document_index`), so what it reads here is complete.
+    and commit per namespace (a lock on its `document_index`), so what it reads here is complete.
     """
-    if catalog.current_snapshot_id(settings, "document_index") is None:
+    namespace = manifest.namespace
+    if catalog.current_snapshot_id(settings, "document_index", namespace=namespace) is None:
         return []
     where = catalog.where_all(
         catalog.where_equal("bucket", bucket),
-        catalog.where_not_equal("batch_id", batch_id),
+        catalog.where_not_equal("batch_id", manifest.batch_id),
     )
-    return plan_files(settings, "document_index", where, None)
+    return plan_files(settings, "document_index", where, None, namespace)
 
 
 def _scan(stage: RawStage, parts: pa.Table) -> tuple[Any, ...]:

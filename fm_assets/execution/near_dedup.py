@@ -1,5 +1,6 @@
 """The near-duplicate stage across a Ray cluster: MinHash LSH decided by band-partitioned work,
-against every other batch's index read one band (and one shingle bucket) at a time.
+against the index of every other batch of the same data namespace, read one band (and one
+shingle bucket) at a time.
 
     sketch    per slice: shingles and band hashes; band rows by band, shingles by bucket
     candidates per band: pairs sharing the band's hash, with other batches' rows of that band
@@ -69,12 +70,14 @@ def run_near_dedup(
         run_tasks(lambda i: sketched[i][0], len(slices), progress=progress, label="sketch")
     )
 
-    index = table_handle(settings, "neardup_index")
-    shingles = table_handle(settings, "neardup_shingles")
+    # The batch's data namespace's own index: near dedup never reads another namespace's.
+    namespace = source.namespace
+    index = table_handle(settings, "neardup_index", namespace)
+    shingles = table_handle(settings, "neardup_shingles", namespace)
     others = catalog.where_not_equal("batch_id", batch_id)
     routes = min(len(slices), MAX_ROUTES) or 1
     candidates = remote(band_candidates, num_returns=1 + routes)
-    by_band = _files_by_band(index, _index_files(settings, others), bands)
+    by_band = _files_by_band(index, _index_files(settings, namespace, others), bands)
     paired: list[list[Any]] = [  # type: ignore[misc]
         candidates.remote(
             b,
@@ -88,9 +91,9 @@ def run_near_dedup(
     ]
     # Files of other batches' shingle sets (and the index's band-0 rows, which held them before
     # `neardup_shingles` existed): put once, shared by every confirming task.
-    stored = ray.put(_index_files(settings, others, "neardup_shingles"))
+    stored = ray.put(_index_files(settings, namespace, others, "neardup_shingles"))
     legacy = ray.put(
-        _index_files(settings, catalog.where_all(others, catalog.where_equal("band", 0)))
+        _index_files(settings, namespace, catalog.where_all(others, catalog.where_equal("band", 0)))
     )
     shingle_refs = [[refs[1 + bands + k] for k in range(SHINGLE_BUCKETS)] for refs in sketched]
     confirm = remote(confirm_pairs)
@@ -169,11 +172,11 @@ def _files_by_band(
 
 
 def _index_files(
-    settings: Settings, where: Any, table: str = "neardup_index"
+    settings: Settings, namespace: str | None, where: Any, table: str = "neardup_index"
 ) -> list[FileScanTask]:
-    if catalog.current_snapshot_id(settings, table) is None:
+    if catalog.current_snapshot_id(settings, table, namespace=namespace) is None:
         return []
-    return plan_files(settings, table, where, None)
+    return plan_files(settings, table, where, None, namespace)
 
 
 def _write_slice(

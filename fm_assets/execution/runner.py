@@ -1,5 +1,6 @@
 """Run one curation stage for one landing batch on Ray, and commit its output to Iceberg.
 
+Each run reads and writes only the tables of its batch's data namespace (`storage.catalog`).
 Each run is keyed by content: (upstream stage key, stage name, code version, config hash). When
 the latest committed run of the stage for the batch has the same key, nothing runs. Otherwise
 Ray workers read their own slices of the input and write their own data files; the driver then
@@ -151,8 +152,12 @@ def run_stage(
         )
         if stage_name == RawStage.name:
             # Exact dedup reads every other batch's document_index rows, then commits its own:
-            # one raw stage at a time, or two batches holding the same record would both keep it.
-            locks.enter_context(exclusive(settings, "exact dedup (document_index)", progress))
+            # one raw stage at a time per data namespace (each has its own index), or two
+            # batches holding the same record would both keep it.
+            namespace = catalog.batch_namespace(settings, batch_id)
+            locks.enter_context(
+                exclusive(settings, f"exact dedup ({namespace} document_index)", progress)
+            )
         return _run_stage(settings, stage_name, batch_id, run_id, progress)
 
 
@@ -184,14 +189,15 @@ def _run_stage(
         )
 
     ensure_ray(settings, progress)
+    namespace = plan.manifest.namespace  # every table the run reads or writes is its namespace's
     outputs = Outputs(
         batch_id=batch_id,
         stage=stage.name,
         code_version=stage.version,
         write_id=uuid.uuid4(),
-        output=table_handle(settings, stage.name),
-        quarantine=table_handle(settings, "quarantine"),
-        side={name: table_handle(settings, name) for name in stage.side_tables},
+        output=table_handle(settings, stage.name, namespace),
+        quarantine=table_handle(settings, "quarantine", namespace),
+        side={name: table_handle(settings, name, namespace) for name in stage.side_tables},
     )
     outcomes, extra_files = _execute(settings, plan, outputs, progress)
     kept = sum(o.kept for o in outcomes)
@@ -253,17 +259,21 @@ def _execute(
     """Run the stage's Ray work; return each slice's outcome and files of extra tables."""
 
     cpus = ray_cpus()
-    stage, batch_id = plan.stage, plan.manifest.batch_id
+    stage, batch_id, namespace = plan.stage, plan.manifest.batch_id, plan.manifest.namespace
     if isinstance(stage, RawStage):
-        index = table_handle(settings, "document_index")
+        index = table_handle(settings, "document_index", namespace)
         run = run_raw(settings, stage, plan.manifest, outputs, index, cpus, progress)
         return run.slices, {"document_index": run.index_files}
     if plan.upstream is None:
         raise RuntimeError(f"stage {stage.name} has no upstream table and is not the raw stage")
     files = plan_files(
-        settings, plan.upstream, catalog.where_equal("batch_id", batch_id), plan.input_snapshot_id
+        settings,
+        plan.upstream,
+        catalog.where_equal("batch_id", batch_id),
+        plan.input_snapshot_id,
+        namespace,
     )
-    source = table_handle(settings, plan.upstream)
+    source = table_handle(settings, plan.upstream, namespace)
     if isinstance(stage, NearDupStage):
         return run_near_dedup(settings, stage, source, files, outputs, cpus, progress)
     slices = table_slices(files, cpus)
@@ -287,7 +297,7 @@ def _commit(
     run_id: str | None,
 ) -> int:
     """One transaction per table; the output table last. Returns the output's snapshot id."""
-    batch_id, stage = plan.manifest.batch_id, plan.stage
+    batch_id, stage, namespace = plan.manifest.batch_id, plan.stage, plan.manifest.namespace
     files: dict[str, list[DataFile]] = {name: list(f) for name, f in extra_files.items()}
     for outcome in outcomes:
         for name, data_files in outcome.files.items():
@@ -304,9 +314,12 @@ def _commit(
         catalog.where_all(this_batch, catalog.where_equal("stage", stage.name)),
         files.get("quarantine", []),
         properties,
+        namespace,
     )
     for name in (*outputs.side, *extra_files):
-        _commit_unless_unchanged(settings, name, this_batch, files.get(name, []), properties)
+        _commit_unless_unchanged(
+            settings, name, this_batch, files.get(name, []), properties, namespace
+        )
     output_properties = properties | {
         "fm.code_version": stage.version,
         "fm.config_hash": stage.config_hash(),
@@ -316,7 +329,7 @@ def _commit(
         else str(plan.input_snapshot_id),
     }
     return commit_files(
-        settings, stage.name, this_batch, files.get(stage.name, []), output_properties
+        settings, stage.name, this_batch, files.get(stage.name, []), output_properties, namespace
     )
 
 
@@ -326,9 +339,10 @@ def _commit_unless_unchanged(
     replace: BooleanExpression,
     data_files: list[DataFile],
     properties: dict[str, str],
+    namespace: str,
 ) -> None:
     """`commit_files`, unless there is nothing to add and nothing to remove: most stages
     quarantine nothing on most batches, and an empty commit costs a snapshot and seconds."""
-    if not data_files and not plan_files(settings, name, replace, None):
+    if not data_files and not plan_files(settings, name, replace, None, namespace):
         return
-    commit_files(settings, name, replace, data_files, properties)
+    commit_files(settings, name, replace, data_files, properties, namespace)

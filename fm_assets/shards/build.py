@@ -146,6 +146,21 @@ def read_shard_set_row(settings: Settings, key: str) -> dict[str, Any] | None:
     return max(rows_list, key=lambda r: r["created_at"]) if rows_list else None
 
 
+def refuse_revoked(settings: Settings, version_key: str) -> None:
+    """ValueError naming the replacement when a version is revoked: no new set is built from it."""
+    revoked = replacement_of(settings, version_key)
+    if revoked is not None:
+        instead = (
+            f"build {revoked['replacement']} instead"
+            if revoked["replacement"]
+            else ("every document of it was revoked")
+        )
+        raise ValueError(
+            f"{version_key} is revoked ({revoked['revocation_id']}): no new shard set is built "
+            f"from it; {instead}"
+        )
+
+
 def build_shard_set(
     settings: Settings,
     version_key: str,
@@ -160,17 +175,7 @@ def build_shard_set(
     (each shard file at most about `shard_size_bytes`)."""
 
     version = require_version(settings, version_key)
-    revoked = replacement_of(settings, version_key)
-    if revoked is not None:
-        instead = (
-            f"build {revoked['replacement']} instead"
-            if revoked["replacement"]
-            else ("every document of it was revoked")
-        )
-        raise ValueError(
-            f"{version_key} is revoked ({revoked['revocation_id']}): no new shard set is built "
-            f"from it; {instead}"
-        )
+    refuse_revoked(settings, version_key)
     config = shard_config_key(tokenizer.tokenizer_hash, seq_len)
     key = shard_set_key(version_key, config)
     store = open_object_store(settings)
@@ -236,7 +241,7 @@ def build_shard_set(
 
     manifest = _write_and_publish(store, prefix, write, progress)
     # Before the set's row: a registered set always has its lineage.
-    record_lineage(settings, key, sequences)
+    record_lineage(settings, key, sequences, version)
     register_shard_set(
         settings,
         store,

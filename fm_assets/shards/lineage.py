@@ -5,6 +5,10 @@ shard set, written when the set is built (in the same order as its samples), so 
 N" and "which samples hold document D" are catalog queries, never scans of shards. A row's
 [token_start, token_end) is the span inside the sample; doc_offset the span's start inside the
 document's own tokens.
+
+A row names a document, so it lives with the document: in `sample_documents` of the document's
+data namespace. A shard set over several namespaces has rows in each; its readers read every
+namespace its version holds.
 """
 
 from __future__ import annotations
@@ -14,11 +18,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.expressions import BooleanExpression
 
 from fm_assets.settings import Settings
 from fm_assets.shards.packing import PackedSequence
 from fm_assets.storage import catalog
 from fm_assets.storage.tables import TableSpec, declare
+from fm_assets.versions.dataset_version import DatasetVersion, version_documents
 
 SAMPLE_DOCUMENTS = pa.schema(
     [
@@ -30,7 +37,7 @@ SAMPLE_DOCUMENTS = pa.schema(
         pa.field("doc_offset", pa.int64(), nullable=False),  # span start inside the document
     ]
 )
-declare(TableSpec("sample_documents", SAMPLE_DOCUMENTS, ("shard_set_key",)))
+declare(TableSpec("sample_documents", SAMPLE_DOCUMENTS, ("shard_set_key",), per_namespace=True))
 
 
 def lineage_rows(shard_set_key: str, sequences: Sequence[PackedSequence]) -> pa.Table:
@@ -60,42 +67,82 @@ def lineage_rows(shard_set_key: str, sequences: Sequence[PackedSequence]) -> pa.
 
 
 def record_lineage(
-    settings: Settings, shard_set_key: str, sequences: Sequence[PackedSequence]
+    settings: Settings,
+    shard_set_key: str,
+    sequences: Sequence[PackedSequence],
+    version: DatasetVersion,
 ) -> None:
-    """Replace the shard set's lineage rows (one commit: a rebuild never mixes two packings)."""
-    write_lineage(settings, shard_set_key, lineage_rows(shard_set_key, sequences))
+    """Replace the shard set's lineage rows (one commit per namespace: a rebuild never mixes two
+    packings in one namespace, and a rebuild of the same version packs the same way)."""
+    write_lineage(settings, shard_set_key, lineage_rows(shard_set_key, sequences), version)
 
 
-def write_lineage(settings: Settings, shard_set_key: str, rows: pa.Table) -> None:
-    """Replace the shard set's lineage partition with `rows`."""
-    catalog.replace_rows(
-        settings, "sample_documents", rows, catalog.where_equal("shard_set_key", shard_set_key)
+def write_lineage(
+    settings: Settings, shard_set_key: str, rows: pa.Table, version: DatasetVersion
+) -> None:
+    """Replace the shard set's lineage partition with `rows`, each in the `sample_documents` of
+    its document's data namespace (among those `version` holds)."""
+    namespaces = version.namespaces
+    if len(namespaces) == 1:
+        parts = {namespaces[0]: rows}
+    else:
+        held = version_documents(settings, version, "tokenized_documents", ("doc_id", "namespace"))
+        owner = dict(
+            zip(
+                held.column("doc_id").to_pylist(), held.column("namespace").to_pylist(), strict=True
+            )
+        )
+        stray = sorted(set(rows.column("doc_id").to_pylist()) - set(owner))
+        if stray:
+            raise ValueError(
+                f"shard set {shard_set_key} holds {len(stray)} documents {version.version_key} "
+                f"does not (first {stray[0]}); rebuild it with `fm shards build`"
+            )
+        of_row = pa.array([owner[d] for d in rows.column("doc_id").to_pylist()], pa.string())
+        parts = {ns: rows.filter(pc.equal(of_row, ns)) for ns in namespaces}
+    for namespace, part in parts.items():
+        catalog.replace_rows(
+            settings,
+            "sample_documents",
+            part,
+            catalog.where_equal("shard_set_key", shard_set_key),
+            namespace=namespace,
+        )
+
+
+def _read_lineage(
+    settings: Settings,
+    version: DatasetVersion,
+    where: BooleanExpression,
+    columns: tuple[str, ...] | None = None,
+) -> pa.Table:
+    return catalog.read_namespaces(
+        settings, "sample_documents", list(version.namespaces), where, columns
     )
 
 
-def shard_set_lineage(settings: Settings, shard_set_key: str) -> pa.Table:
-    """Every lineage row of a shard set (empty if it was built before lineage was recorded)."""
-    return catalog.read_table(
-        settings, "sample_documents", catalog.where_equal("shard_set_key", shard_set_key)
-    )
+def shard_set_lineage(settings: Settings, shard_set_key: str, version: DatasetVersion) -> pa.Table:
+    """Every lineage row of a shard set of `version` (empty if it was built before lineage was
+    recorded)."""
+    return _read_lineage(settings, version, catalog.where_equal("shard_set_key", shard_set_key))
 
 
-def sample_segments(settings: Settings, shard_set_key: str, sample: int) -> list[dict[str, Any]]:
-    """The segments of one sample, in order; raises saying why when there are none."""
-    rows = catalog.read_table(
+def sample_segments(
+    settings: Settings, shard_set_key: str, sample: int, version: DatasetVersion
+) -> list[dict[str, Any]]:
+    """The segments of one sample of a shard set of `version`, in order; raises saying why when
+    there are none."""
+    rows = _read_lineage(
         settings,
-        "sample_documents",
+        version,
         catalog.where_all(
             catalog.where_equal("shard_set_key", shard_set_key),
             catalog.where_equal("sample", sample),
         ),
     ).to_pylist()
     if not rows:
-        known = catalog.read_table(
-            settings,
-            "sample_documents",
-            catalog.where_equal("shard_set_key", shard_set_key),
-            columns=("sample",),
+        known = _read_lineage(
+            settings, version, catalog.where_equal("shard_set_key", shard_set_key), ("sample",)
         )
         if known.num_rows == 0:
             raise ValueError(
@@ -108,10 +155,13 @@ def sample_segments(settings: Settings, shard_set_key: str, sample: int) -> list
 
 
 def samples_holding(settings: Settings, doc_ids: Sequence[str]) -> list[dict[str, Any]]:
-    """Every lineage row, in every shard set, of the given documents."""
+    """Every lineage row, in every shard set of every data namespace, of the given documents."""
     if not doc_ids:
         return []
-    rows = catalog.read_table(
-        settings, "sample_documents", catalog.where_in("doc_id", sorted(set(doc_ids)))
+    rows = catalog.read_namespaces(
+        settings,
+        "sample_documents",
+        catalog.data_namespaces(settings),
+        catalog.where_in("doc_id", sorted(set(doc_ids))),
     ).to_pylist()
     return sorted(rows, key=lambda r: (r["shard_set_key"], r["sample"], r["token_start"]))

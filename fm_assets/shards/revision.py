@@ -3,8 +3,11 @@
 Packing is kept: every sample keeps its place and the segments of documents that stay, so a shard
 holding no revoked document is copied byte for byte, and only shards holding one are rewritten
 (their samples lose the revoked segments and pad the rest; a sample left empty is dropped). The
-new set has its own manifest, index.json and lineage; the report says how many bytes were
+new set has its own manifest, index.json and lineage; `revision_cost` says how many bytes were
 rewritten out of the set's total. A set built before lineage was recorded is rebuilt whole.
+
+`build_version_shard_set` is what the `shard_set` asset builds with: a replacement version's set
+is revised from its base's set of the same config, any other set packed afresh.
 """
 
 from __future__ import annotations
@@ -22,12 +25,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fm_assets.execution.compute import Progress
-from fm_assets.registries.tokenizers import find_tokenizer
+from fm_assets.registries.tokenizers import TokenizerInfo, find_tokenizer
 from fm_assets.settings import Settings
 from fm_assets.shards.build import (
+    ShardSetBuild,
     build_shard_set,
+    read_shard_set_row,
+    refuse_revoked,
     register_shard_set,
     sequences_with_tokens,
+    shard_config_key,
     shard_set_key,
     shard_set_prefix,
     version_tokens,
@@ -41,20 +48,69 @@ from fm_assets.shards.lineage import (
 from fm_assets.shards.packing import PackedSequence, Segment
 from fm_assets.shards.writer import ShardSetHeader, write_shard_set
 from fm_assets.storage.objectstore import ObjectStore, open_object_store
-from fm_assets.versions.dataset_version import DatasetVersion, namespaces_of
+from fm_assets.versions.dataset_version import DatasetVersion, namespaces_of, require_version
+from fm_assets.versions.membership import revoked_exclusions
+from fm_assets.versions.revocation import replaced_base
 from fm_loader.manifest import INDEX_NAME, MANIFEST_NAME, ShardInfo, ShardSetManifest
 from fm_loader.provenance import NAMESPACES_NAME, namespaces_json
 
 
 @dataclass(frozen=True)
-class Rebuilt:
-    """A replacement shard set and what building it cost."""
+class RevisionCost:
+    """What a replacement shard set rewrote of its base's: the rest was copied byte for byte."""
 
-    shard_set_key: str
     bytes_rewritten: int
     bytes_total: int
-    shards_rewritten: int
-    shards_total: int
+    shards_rewritten: int  # base shards not copied unchanged (rewritten or dropped)
+    shards_total: int  # the base's shards
+
+
+def revision_cost(old: ShardSetManifest, new: ShardSetManifest) -> RevisionCost:
+    """Compare a base set's manifest with its replacement's, shard by shard."""
+    kept = {(s.name, s.sha256) for s in old.shards}
+    rewritten = [s for s in new.shards if (s.name, s.sha256) not in kept]
+    unchanged = {(s.name, s.sha256) for s in new.shards} & kept
+    return RevisionCost(
+        bytes_rewritten=sum(s.bytes for s in rewritten),
+        bytes_total=sum(s.bytes for s in new.shards),
+        shards_rewritten=len(old.shards) - len(unchanged),
+        shards_total=len(old.shards),
+    )
+
+
+def build_version_shard_set(
+    settings: Settings,
+    version_key: str,
+    tokenizer: TokenizerInfo,
+    seq_len: int,
+    *,
+    run_id: str | None = None,
+    progress: Progress = lambda message: None,
+) -> ShardSetBuild:
+    """The shard set of a version for a tokenizer and seq_len: revised from the set of the same
+    config of the version it replaces (a revocation's replacement), else packed afresh; an
+    existing set is found, not rebuilt."""
+    version = require_version(settings, version_key)
+    config = shard_config_key(tokenizer.tokenizer_hash, seq_len)
+    base = _revision_base(settings, version, config)
+    if base is None or read_shard_set_row(settings, shard_set_key(version_key, config)):
+        # Also what refuses a revoked version, naming its replacement.
+        return build_shard_set(
+            settings, version_key, tokenizer, seq_len, run_id=run_id, progress=progress
+        )
+    refuse_revoked(settings, version_key)
+    revoked = set(revoked_exclusions(settings, version_key, version.namespaces))
+    return rebuild_without(settings, base, version, revoked, progress, run_id=run_id)
+
+
+def _revision_base(
+    settings: Settings, version: DatasetVersion, config: str
+) -> dict[str, Any] | None:
+    """The `shard_sets` row of `config` of the version `version` replaces, if any."""
+    base = replaced_base(settings, version.version_key)
+    if base is None:
+        return None
+    return read_shard_set_row(settings, shard_set_key(base.version_key, config))
 
 
 def rebuild_without(
@@ -63,7 +119,9 @@ def rebuild_without(
     replacement: DatasetVersion,
     revoked: set[str],
     progress: Progress = lambda message: None,
-) -> Rebuilt:
+    *,
+    run_id: str | None = None,
+) -> ShardSetBuild:
     """Build `old_row`'s shard set for `replacement`, which lacks the `revoked` documents."""
     tokenizer = find_tokenizer(settings, str(old_row["tokenizer_hash"]))
     if tokenizer is None:
@@ -73,13 +131,13 @@ def rebuild_without(
         )
     seq_len = int(old_row["seq_len"])
     config = str(old_row["shard_config"])
-    lineage = shard_set_lineage(settings, str(old_row["shard_set_key"]))
+    old_version = require_version(settings, str(old_row["version_key"]))
+    lineage = shard_set_lineage(settings, str(old_row["shard_set_key"]), old_version)
     if lineage.num_rows == 0:
         progress(f"{old_row['shard_set_key']} has no lineage: rebuilding it whole")
-        built = build_shard_set(settings, replacement.version_key, tokenizer, seq_len)
-        size = sum(s.bytes for s in built.manifest.shards)
-        n = len(built.manifest.shards)
-        return Rebuilt(built.manifest.shard_set_key, size, size, n, n)
+        return build_shard_set(
+            settings, replacement.version_key, tokenizer, seq_len, run_id=run_id, progress=progress
+        )
 
     store = open_object_store(settings)
     old_prefix = store.key_of(str(old_row["uri"]))
@@ -107,6 +165,7 @@ def rebuild_without(
     in_affected = np.isin(np.searchsorted(bounds, samples, side="right") - 1, list(affected))
     needed = sorted(set(lineage.column("doc_id").filter(pa.array(in_affected & ~hit)).to_pylist()))
     docs = version_tokens(settings, replacement, tokenizer, progress)
+    documents_tokens = int(pc.sum(pc.list_value_length(docs.column("tokens"))).as_py() or 0)
     docs = docs.filter(pc.is_in(docs.column("doc_id"), pa.array(needed, pa.string())))
 
     # Unpublish first, as a build does: a reader never pairs an old manifest with new shards.
@@ -177,7 +236,7 @@ def rebuild_without(
     )
     # The manifest last: its presence publishes the set.
     store.write_bytes_atomic(f"{new_prefix}/{MANIFEST_NAME}", manifest.to_json().encode())
-    write_lineage(settings, new_key, new_lineage)
+    write_lineage(settings, new_key, new_lineage, replacement)
     register_shard_set(
         settings,
         store,
@@ -187,14 +246,14 @@ def rebuild_without(
         old.tokenizer_hash,
         seq_len,
         manifest,
-        None,
+        run_id,
     )
     total = sum(s.bytes for s in infos)
     progress(
         f"{new_key}: rewrote {len(affected)} of {len(old.shards)} shards, "
         f"{rewritten} of {total} bytes"
     )
-    return Rebuilt(new_key, rewritten, total, len(affected), len(old.shards))
+    return ShardSetBuild(manifest, store.uri(new_prefix), documents_tokens, created=True)
 
 
 def _without(rows: pa.Table, revoked: set[str]) -> list[PackedSequence]:

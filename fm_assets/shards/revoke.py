@@ -1,30 +1,46 @@
-"""`fm revoke`: record a revocation, replace every affected version and shard set, mark the old.
+"""`fm revoke`: what a revocation replaces, and marking what it replaced.
 
-Order matters for a crash: the revocation row first (so it is never lost), then replacement
-versions and shard sets, and last the `fm_revoked.json` marker on each old set (and on the old
-version's text set), which names its replacement; a loader refuses a marked set. The shard-set
-outcomes go to `shard_set_revocations`.
+The command drives these steps through Dagster (`commands/operations.revoke`):
+
+1. `record_revocation` (storage) writes the revocation row first, so it is never lost;
+2. the `revocation` asset (`cut_replacements`) cuts a replacement for every version holding what
+   it names (`versions.revocation`) and plans the shard sets to build for them;
+3. each replacement `dataset_version` and `shard_set` partition is materialized, so its blocking
+   checks run (the `shard_set` asset revises the base's set, rewriting only the shards that held
+   revoked documents: `shards.revision`);
+4. `finish_revocation` writes the `fm_revoked.json` marker on each old set (and on the old
+   version's text set), naming its replacement, records `shard_set_revocations` with the bytes
+   rewritten, and lists the training runs that read the old sets.
+
+A crash anywhere leaves a state `fm revoke` run again finishes: a version already replaced is
+not cut again, and its replacement's shard sets not built yet are built then.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from fm_assets.execution.compute import Progress
 from fm_assets.settings import Settings
 from fm_assets.shards.build import read_shard_set_row, shard_set_key
-from fm_assets.shards.revision import rebuild_without
+from fm_assets.shards.revision import revision_cost
 from fm_assets.shards.text_export import latest_text_set
 from fm_assets.storage import catalog
-from fm_assets.storage.revocations import RevocationRecord, record_revocation
+from fm_assets.storage.objectstore import open_object_store
+from fm_assets.storage.revocations import RevocationRecord
 from fm_assets.storage.tables import TableSpec, declare
-from fm_assets.versions.dataset_version import DatasetVersion, require_version
-from fm_assets.versions.membership import excluded_documents
-from fm_assets.versions.revocation import VersionRevocation, replacement_of, revoke_versions
+from fm_assets.versions.revocation import (
+    VersionRevocation,
+    recorded_outcomes,
+    replacement_of,
+    revoke_versions,
+)
+from fm_loader.manifest import MANIFEST_NAME, ShardSetManifest
 from fm_loader.provenance import (
     PROVENANCE_FORMAT_VERSION,
     Revocation,
@@ -49,6 +65,37 @@ SHARD_SET_REVOCATIONS = pa.schema(
 declare(TableSpec("shard_set_revocations", SHARD_SET_REVOCATIONS, ("revocation_id",)))
 
 
+@dataclass(frozen=True)
+class ShardSetPlan:
+    """An old shard set a revocation touches, and the replacement version whose set replaces it."""
+
+    old: dict[str, Any]  # the set's current `shard_sets` row
+    version: str | None  # None: nothing left to replace it with
+    build: bool  # False: the replacement set is built already (an earlier revocation, or a crash)
+
+    @property
+    def key(self) -> str | None:
+        """The replacement set's key."""
+        return shard_set_key(self.version, str(self.old["shard_config"])) if self.version else None
+
+
+@dataclass(frozen=True)
+class RevocationPlan:
+    """What a revocation replaces: each version it touched, each shard set to build."""
+
+    revocation: RevocationRecord
+    versions: list[VersionRevocation]
+    shard_sets: list[ShardSetPlan]
+
+    @property
+    def replacement_versions(self) -> list[str]:
+        """Every version whose partition the revocation materializes: new replacements, and
+        earlier ones whose shard sets it builds (an interrupted `fm revoke`)."""
+        keys = {v.replacement for v in self.versions}
+        keys |= {s.version for s in self.shard_sets if s.build}
+        return sorted(k for k in keys if k)
+
+
 @dataclass
 class RevocationReport:
     """Everything `fm revoke` did, for printing and for tests."""
@@ -70,63 +117,80 @@ def latest_shard_sets(settings: Settings, version_key: str) -> list[dict[str, An
     return [latest[k] for k in sorted(latest)]
 
 
-def revoke(
-    settings: Settings,
-    criterion: str,
-    value: str,
-    reason: str,
-    *,
-    revoked_by: str | None = None,
-    progress: Progress = lambda message: None,
-) -> RevocationReport:
-    """Revoke what `criterion`=`value` names from every version and shard set holding it."""
-    revocation = record_revocation(settings, criterion, value, reason, revoked_by)
-    progress(f"recorded {revocation.revocation_id}: {revocation.describe()} ({reason})")
-    report = RevocationReport(revocation)
-    report.versions = revoke_versions(settings, revocation)
-    now = dt.datetime.now(dt.UTC)
-    for outcome in report.versions:
-        replacement = _replacement_to_build(settings, outcome)
-        progress(
-            f"{outcome.version_key}: {len(outcome.removed)} documents revoked; "
-            f"replacement {outcome.replacement or 'none'}"
-        )
+def cut_replacements(settings: Settings, revocation: RevocationRecord) -> RevocationPlan:
+    """Cut the revocation's replacement versions (once: again for the same revocation, it only
+    reads what it did) and plan the shard sets to build for them."""
+    return _plan(settings, revocation, revoke_versions(settings, revocation))
+
+
+def revocation_plan(settings: Settings, revocation: RevocationRecord) -> RevocationPlan:
+    """The plan of a revocation whose replacement versions are cut."""
+    return _plan(settings, revocation, recorded_outcomes(settings, revocation.revocation_id))
+
+
+def _plan(
+    settings: Settings, revocation: RevocationRecord, outcomes: list[VersionRevocation]
+) -> RevocationPlan:
+    sets = []
+    for outcome in outcomes:
+        target = _replacement_to_build(settings, outcome)
         for row in latest_shard_sets(settings, outcome.version_key):
-            report.runs.extend(read_run_records(str(row["uri"]), settings.s3_endpoint))
-            new_key: str | None = None
-            cost = {"bytes_rewritten": 0, "bytes_total": 0, "shards_rewritten": 0}
-            shards_total = 0
-            if (
-                replacement is not None
-                and read_shard_set_row(
-                    settings, shard_set_key(replacement.version_key, str(row["shard_config"]))
+            key = shard_set_key(target, str(row["shard_config"])) if target else None
+            # A set built already (by this revocation before a crash, or an earlier one) stays.
+            built = key is not None and read_shard_set_row(settings, key) is not None
+            sets.append(ShardSetPlan(row, target, build=key is not None and not built))
+    return RevocationPlan(revocation, outcomes, sets)
+
+
+def _replacement_to_build(settings: Settings, outcome: VersionRevocation) -> str | None:
+    """The version whose shard sets this revocation must build for `outcome`'s version: its new
+    replacement, or, when an earlier run was interrupted before building them, the earlier one."""
+    if outcome.replacement is not None:
+        return outcome.replacement
+    first = replacement_of(settings, outcome.version_key)
+    return str(first["replacement"]) if first and first["replacement"] else None
+
+
+def finish_revocation(
+    settings: Settings, plan: RevocationPlan, failed: Collection[str] = ()
+) -> RevocationReport:
+    """Mark every old set the revocation touched, record what building its replacement cost,
+    and list the training runs that read it. A replacement that is not built, or is in `failed`
+    (it failed its checks), is not named."""
+    revocation = plan.revocation
+    report = RevocationReport(revocation, list(plan.versions))
+    replaced = {v.version_key: v.replacement for v in plan.versions}
+    now = dt.datetime.now(dt.UTC)
+    store = open_object_store(settings)
+    for item in plan.shard_sets:
+        old = item.old
+        report.runs.extend(read_run_records(str(old["uri"]), settings.s3_endpoint))
+        key = item.key
+        built = read_shard_set_row(settings, key) if key is not None and key not in failed else None
+        cost = {"bytes_rewritten": 0, "bytes_total": 0, "shards_rewritten": 0, "shards_total": 0}
+        if built is not None and item.build:
+            manifests = [
+                ShardSetManifest.from_json(
+                    store.read_bytes(f"{store.key_of(str(row['uri']))}/{MANIFEST_NAME}").decode()
                 )
-                is None
-            ):
-                removed = excluded_documents(settings, replacement.version_key)
-                rebuilt = rebuild_without(settings, row, replacement, removed, progress)
-                new_key = rebuilt.shard_set_key
-                cost = {
-                    "bytes_rewritten": rebuilt.bytes_rewritten,
-                    "bytes_total": rebuilt.bytes_total,
-                    "shards_rewritten": rebuilt.shards_rewritten,
-                }
-                shards_total = rebuilt.shards_total
-            if outcome.replacement is not None or _unmarked(settings, row):
-                # A set already revoked keeps the marker naming its first replacement.
-                marker = _marker(revocation, reason, new_key)
-                write_revocation(str(row["uri"]), marker, settings.s3_endpoint)
-            report.shard_sets.append(
-                {
-                    "revocation_id": revocation.revocation_id,
-                    "shard_set_key": row["shard_set_key"],
-                    "replacement": new_key,
-                    **cost,
-                    "shards_total": shards_total,
-                    "revoked_at": now,
-                }
-            )
-        _mark_text_set(settings, outcome, revocation, reason)
+                for row in (old, built)
+            ]
+            cost = dataclasses.asdict(revision_cost(*manifests))
+        if replaced.get(str(old["version_key"])) is not None or _unmarked(settings, old):
+            # A set already revoked keeps the marker naming its first replacement.
+            marker = _marker(revocation, key if built is not None else None)
+            write_revocation(str(old["uri"]), marker, settings.s3_endpoint)
+        report.shard_sets.append(
+            {
+                "revocation_id": revocation.revocation_id,
+                "shard_set_key": old["shard_set_key"],
+                "replacement": key if built is not None and item.build else None,
+                **cost,
+                "revoked_at": now,
+            }
+        )
+    for outcome in plan.versions:
+        _mark_text_set(settings, outcome, revocation)
     if report.shard_sets:
         catalog.append_rows(
             settings, "shard_set_revocations", pa.Table.from_pylist(report.shard_sets)
@@ -134,34 +198,24 @@ def revoke(
     return report
 
 
-def _replacement_to_build(settings: Settings, outcome: VersionRevocation) -> DatasetVersion | None:
-    """The version whose shard sets this revocation must build for `outcome`'s version: its new
-    replacement, or, when an earlier run was interrupted before building them, the earlier one."""
-    key = outcome.replacement
-    if key is None:
-        first = replacement_of(settings, outcome.version_key)
-        key = str(first["replacement"]) if first and first["replacement"] else None
-    return require_version(settings, key) if key else None
-
-
 def _mark_text_set(
-    settings: Settings, outcome: VersionRevocation, revocation: RevocationRecord, reason: str
+    settings: Settings, outcome: VersionRevocation, revocation: RevocationRecord
 ) -> None:
     """The version's exported text (if any) is refused by loaders too; its replacement is the
     replacement version, whose text is exported with `fm text export`."""
     row = latest_text_set(settings, outcome.version_key)
     if row is None or not (outcome.replacement is not None or _unmarked(settings, row)):
         return
-    marker = _marker(revocation, reason, outcome.replacement)
+    marker = _marker(revocation, outcome.replacement)
     write_revocation(str(row["uri"]), marker, settings.s3_endpoint)
 
 
-def _marker(revocation: RevocationRecord, reason: str, replacement: str | None) -> Revocation:
+def _marker(revocation: RevocationRecord, replacement: str | None) -> Revocation:
     """The `fm_revoked.json` a loader reads beside a revoked set."""
     return Revocation(
         format_version=PROVENANCE_FORMAT_VERSION,
         revocation_id=revocation.revocation_id,
-        reason=reason,
+        reason=revocation.reason,
         revoked_by=revocation.revoked_by,
         revoked_at=revocation.revoked_at.isoformat(timespec="seconds"),
         replacement=replacement,

@@ -2,7 +2,8 @@
 
 Each answer is a list of flat JSON-ready dicts (what `fm lineage` prints one per line), built
 from catalog queries: `sample_documents`, the versions' tagged snapshots of `raw_documents`, the
-stage-run bookkeeping, and the run records beside each shard set.
+stage-run bookkeeping, and the run records beside each shard set. A version is read in the data
+namespaces it holds; a document (whose namespace the caller need not know) in every namespace.
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ from fm_assets.shards.build import read_shard_set_row
 from fm_assets.shards.lineage import sample_segments, samples_holding
 from fm_assets.storage import bookkeeping, catalog
 from fm_assets.storage.schemas import PROVENANCE_FIELDS
-from fm_assets.versions.dataset_version import DatasetVersion, require_version
+from fm_assets.versions.dataset_version import (
+    DatasetVersion,
+    require_version,
+    version_documents,
+)
 from fm_assets.versions.membership import excluded_documents
 from fm_assets.versions.revocation import all_versions
 from fm_loader.provenance import read_revocation, read_run_record, read_run_records
@@ -41,14 +46,19 @@ def _ancestors(table: Table, snapshot_id: int) -> set[int]:
 def stage_code_versions(settings: Settings, version: DatasetVersion) -> dict[str, dict[str, str]]:
     """batch -> {stage: code version} of the stage runs whose output the version tagged."""
     history = {
-        stage: _ancestors(catalog.load_table(settings, stage), version.snapshot_ids[stage])
-        for stage in pipeline.STAGE_NAMES
-        if stage in version.snapshot_ids
+        (namespace, stage): _ancestors(
+            catalog.load_table(settings, stage, namespace=namespace), snapshot_id
+        )
+        for namespace, snapshots in version.snapshot_ids.items()
+        for stage, snapshot_id in snapshots.items()
     }
     found: dict[str, dict[str, str]] = {b: {} for b in version.batches}
+    namespace_of = {b: catalog.batch_namespace(settings, b) for b in version.batches}
     for run in bookkeeping.stage_runs(settings):  # oldest first: the latest run wins
         batch, stage = run["batch_id"], run["stage"]
-        if batch in found and int(run["output_snapshot_id"]) in history.get(stage, set()):
+        if batch not in found:
+            continue
+        if int(run["output_snapshot_id"]) in history.get((namespace_of[batch], stage), set()):
             found[batch][stage] = str(run["code_version"])
     return found
 
@@ -67,17 +77,14 @@ def describe_sample(settings: Settings, shard_set_key: str, sample: int) -> list
             "as `fm shards build` prints them"
         )
     version = require_version(settings, str(row["version_key"]))
-    segments = sample_segments(settings, shard_set_key, sample)
+    segments = sample_segments(settings, shard_set_key, sample, version)
     doc_ids = sorted({s["doc_id"] for s in segments})
-    raw = catalog.read_table(
+    raw = version_documents(
         settings,
+        version,
         "raw_documents",
-        catalog.where_all(
-            catalog.where_in("batch_id", list(version.batches)),
-            catalog.where_in("doc_id", doc_ids),
-        ),
-        snapshot_id=version.snapshot_ids["raw_documents"],
-        columns=(*_PROVENANCE, *_POSITION, "raw_size"),
+        (*_PROVENANCE, *_POSITION, "raw_size"),
+        catalog.where_in("doc_id", doc_ids),
     )
     by_id = {r["doc_id"]: r for r in raw.to_pylist()}
     code_versions = stage_code_versions(settings, version)
@@ -127,41 +134,56 @@ def _shard_set_rows(settings: Settings) -> dict[str, dict[str, Any]]:
 
 def document_ids(settings: Settings, ref: str) -> list[str]:
     """Doc ids named by `ref`: a doc id, or the sha256 of raw record bytes."""
-    found = catalog.read_table(
-        settings, "raw_documents", catalog.where_equal("raw_sha256", ref), columns=("doc_id",)
+    found = catalog.read_namespaces(
+        settings,
+        "raw_documents",
+        catalog.data_namespaces(settings),
+        catalog.where_equal("raw_sha256", ref),
+        ("doc_id",),
     )
     return sorted({ref, *found.column("doc_id").to_pylist()})
 
 
 def versions_holding(settings: Settings, doc_ids: list[str]) -> list[str]:
-    """Every version whose documents (at its tagged snapshot, less its exclusions) include one
+    """Every version whose documents (at its tagged snapshots, less its exclusions) include one
     of `doc_ids`: only versions over a batch the documents were landed in are read."""
     final = pipeline.STAGE_NAMES[-1]
-    landed = catalog.read_table(
-        settings, final, catalog.where_in("doc_id", doc_ids), columns=("batch_id",)
+    landed = catalog.read_namespaces(
+        settings,
+        final,
+        catalog.data_namespaces(settings),
+        catalog.where_in("doc_id", doc_ids),
+        ("batch_id",),
     )
     batches = set(landed.column("batch_id").to_pylist())
     held = []
-    # Versions cut by revocations share their base's snapshot: read each (snapshot, batches) once.
-    found: dict[tuple[int, tuple[str, ...]], set[str]] = {}
+    # Versions cut by revocations share their base's snapshots: read each (namespace, snapshot,
+    # batches) once.
+    found: dict[tuple[str, int, tuple[str, ...]], set[str]] = {}
     for version in all_versions(settings):
-        if not batches & set(version.batches) or final not in version.snapshot_ids:
+        overlap = tuple(sorted(batches & set(version.batches)))
+        if not overlap:
             continue
-        key = (version.snapshot_ids[final], tuple(sorted(batches & set(version.batches))))
-        if key not in found:
-            rows = catalog.read_table(
-                settings,
-                final,
-                catalog.where_all(
-                    catalog.where_in("batch_id", list(key[1])),
-                    catalog.where_in("doc_id", doc_ids),
-                ),
-                snapshot_id=key[0],
-                columns=("doc_id",),
-            )
-            found[key] = set(rows.column("doc_id").to_pylist())
-        if found[key] - excluded_documents(settings, version.version_key):
-            held.append(version.version_key)
+        for namespace, snapshots in sorted(version.snapshot_ids.items()):
+            if final not in snapshots:
+                continue
+            key = (namespace, snapshots[final], overlap)
+            if key not in found:
+                rows = catalog.read_table(
+                    settings,
+                    final,
+                    catalog.where_all(
+                        catalog.where_in("batch_id", list(overlap)),
+                        catalog.where_in("doc_id", doc_ids),
+                    ),
+                    snapshot_id=snapshots[final],
+                    columns=("doc_id",),
+                    namespace=namespace,
+                )
+                found[key] = set(rows.column("doc_id").to_pylist())
+            if found[key] - excluded_documents(settings, version.version_key, namespace):
+                held.append(version.version_key)
+                break
     return held
 
 

@@ -54,9 +54,9 @@ class StageResult:
 class Stage(ABC):
     """One curation step. Subclasses are frozen dataclasses whose fields are their config.
 
-    `name` is the stage's one name: its output table (declared here, partitioned by batch and
-    data namespace, so each namespace's data files have a prefix of their own), its
-    Dagster asset and its pipeline entry. The first paragraph of the class docstring describes
+    `name` is the stage's one name: its output table (declared here, one per data namespace in
+    that namespace's catalog namespace, partitioned by batch and data namespace), its Dagster
+    asset and its pipeline entry. The first paragraph of the class docstring describes
     the asset. Bump `version` whenever the output for the same input and config would change:
     the version is part of the content key that lets reruns skip work.
     """
@@ -71,7 +71,11 @@ class Stage(ABC):
         super().__init_subclass__(**kwargs)
         if "name" in cls.__dict__:
             by_namespace = ("namespace",) if "namespace" in cls.output_schema.names else ()
-            declare(TableSpec(cls.name, cls.output_schema, ("batch_id", *by_namespace)))
+            declare(
+                TableSpec(
+                    cls.name, cls.output_schema, ("batch_id", *by_namespace), per_namespace=True
+                )
+            )
 
     @classmethod
     def description(cls) -> str:

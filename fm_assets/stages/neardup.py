@@ -1,6 +1,7 @@
-"""near_deduplicated_documents: MinHash LSH against every other batch's kept documents.
+"""near_deduplicated_documents: MinHash LSH against the kept documents of every other batch of
+the same data namespace.
 
-The decision needs the whole batch and the global index, so the runner makes it with
+The decision needs the whole batch and its namespace's index, so the runner makes it with
 band-partitioned Ray work (`execution.near_dedup`) and hands each slice its verdicts; `apply`
 turns them into kept rows and quarantine rows. `process` decides a table on its own (no other
 batch), for tools and tests. Batches are serialised at this stage (the Dagster pool `neardup`,
@@ -26,7 +27,7 @@ Verdicts = Mapping[int, tuple[str, str, float]]
 
 @dataclass(frozen=True)
 class NearDupStage(Stage):
-    """MinHash LSH (14x8 bands, exact Jaccard >= 0.8) against every batch's kept documents.
+    """MinHash LSH (14x8 bands, exact Jaccard >= 0.8) against every batch of its namespace.
 
     Quarantine documents whose shingle Jaccard with a kept document reaches the threshold.
     """

@@ -2,6 +2,14 @@
 
 Document tables, quarantine and stage runs are partitioned by `batch_id`, so a stage rerun replaces
 exactly its batch's partition in one atomic commit.
+
+Platform-wide tables (registries, versions, shard sets, revocations) live in the platform's
+catalog namespace (`fm`); a table declared `per_namespace` (documents and what derives from them)
+lives in one catalog namespace per data namespace, `fm_<data namespace>` with hyphens as
+underscores (`fm_cloud`, `fm_on_device`), whose metadata and data files sit below
+`<warehouse>/fm_<data namespace>/`. Every call names the data namespace of such a table
+(`namespace=`; `read_batch` reads the batch's own); nothing defaults to one, so no code reads
+another namespace by accident.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import (
     CommitFailedException,
+    NoSuchNamespaceError,
     NoSuchTableError,
 )
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, In, NotEqualTo
@@ -22,7 +31,8 @@ from pyiceberg.table import Table
 
 from fm_assets.settings import Settings
 from fm_assets.storage import schemas  # noqa: F401  (declares the tables storage owns)
-from fm_assets.storage.objectstore import iceberg_s3_properties
+from fm_assets.storage.landing import NAMESPACE_NAME, read_manifest
+from fm_assets.storage.objectstore import iceberg_s3_properties, open_object_store
 from fm_assets.storage.parquet_checksums import write_page_checksums
 from fm_assets.storage.tables import table_spec
 from fm_loader.retry import with_retries
@@ -38,6 +48,10 @@ COMMIT_RETRY_PROPERTIES = {
     "commit.retry.min-wait-ms": "100",
     "commit.retry.max-wait-ms": "5000",
 }
+# Properties of a data namespace's catalog namespace: which data namespace, of which platform
+# namespace. `data_namespaces` lists by them, not by a name another deployment could share.
+DATA_NAMESPACE_PROPERTY = "fm.data-namespace"
+PLATFORM_NAMESPACE_PROPERTY = "fm.platform-namespace"
 
 
 def _catalog_properties(settings: Settings) -> dict[str, str]:
@@ -55,15 +69,65 @@ def open_catalog(settings: Settings) -> Catalog:
     if settings.catalog_uri.startswith("sqlite:///"):
         settings.home.mkdir(parents=True, exist_ok=True)
     catalog = _open(settings.catalog_name, tuple(sorted(_catalog_properties(settings).items())))
-    if not catalog.namespace_exists(settings.namespace):
-        try:
-            catalog.create_namespace(settings.namespace)
-        except Exception:
-            # Another process created it between the check and the insert (a unique-key
-            # violation on Postgres, not always NamespaceAlreadyExistsError).
-            if not catalog.namespace_exists(settings.namespace):
-                raise
+    _ensure_namespace(catalog, settings.namespace, {})
     return catalog
+
+
+def _ensure_namespace(catalog: Catalog, name: str, properties: dict[str, str]) -> None:
+    if catalog.namespace_exists(name):
+        return
+    try:
+        catalog.create_namespace(name, properties)
+    except Exception:
+        # Another process created it between the check and the insert (a unique-key
+        # violation on Postgres, not always NamespaceAlreadyExistsError).
+        if not catalog.namespace_exists(name):
+            raise
+
+
+def catalog_namespace(settings: Settings, namespace: str | None) -> str:
+    """The Iceberg namespace holding a table of data namespace `namespace` (None: the platform's).
+
+    `fm_<namespace>` with hyphens as underscores: one level, letters, digits and underscores,
+    which every Iceberg catalog accepts (Glue and Hive allow neither nesting nor hyphens) and SQL
+    needs no quoting for. Data namespace names hold no underscore, so the mapping is one to one.
+    """
+    if namespace is None:
+        return settings.namespace
+    if not NAMESPACE_NAME.fullmatch(namespace):
+        raise ValueError(
+            f"data namespace {namespace!r} is not lower-case letters, digits and hyphens; "
+            "`fm land --namespace` accepts only such names"
+        )
+    return f"{settings.namespace}_{namespace.replace('-', '_')}"
+
+
+def namespace_location(settings: Settings, namespace: str | None) -> str:
+    """Where the tables of a catalog namespace keep their metadata and data files."""
+    return f"{settings.warehouse.rstrip('/')}/{catalog_namespace(settings, namespace)}"
+
+
+def data_namespaces(settings: Settings) -> list[str]:
+    """Every data namespace holding tables in the catalog, sorted (created on a first write)."""
+    catalog = open_catalog(settings)
+    found = []
+    for identifier in catalog.list_namespaces():
+        if len(identifier) != 1 or not identifier[0].startswith(f"{settings.namespace}_"):
+            continue
+        try:
+            properties = catalog.load_namespace_properties(identifier)
+        except NoSuchNamespaceError:
+            continue
+        name = properties.get(DATA_NAMESPACE_PROPERTY)
+        if name and properties.get(PLATFORM_NAMESPACE_PROPERTY) == settings.namespace:
+            found.append(name)
+    return sorted(found)
+
+
+@cache
+def batch_namespace(settings: Settings, batch_id: str) -> str:
+    """The data namespace a landing batch was landed into (its manifest is immutable: cached)."""
+    return read_manifest(open_object_store(settings), batch_id).namespace
 
 
 def table_schema(name: str) -> pa.Schema:
@@ -71,19 +135,40 @@ def table_schema(name: str) -> pa.Schema:
     return table_spec(name).schema
 
 
-def load_table(settings: Settings, name: str) -> Table:
-    """Load a platform table, creating it (with its partition spec) on first use.
+def table_identifier(settings: Settings, name: str, namespace: str | None = None) -> str:
+    """`<catalog namespace>.<table>` of a declared table; raises when `namespace` is missing for a
+    table each data namespace keeps, or given for a platform-wide one."""
+    spec = table_spec(name)  # unknown names fail here, listing the declared tables
+    if spec.per_namespace and namespace is None:
+        raise ValueError(
+            f"table {name} is kept per data namespace (catalog namespaces "
+            f"{settings.namespace}_<namespace>): name the data namespace to read or write"
+        )
+    if not spec.per_namespace and namespace is not None:
+        raise ValueError(
+            f"table {name} is platform-wide (catalog namespace {settings.namespace}); it has no "
+            f"copy for data namespace {namespace!r}"
+        )
+    return f"{catalog_namespace(settings, namespace)}.{name}"
+
+
+def load_table(settings: Settings, name: str, *, namespace: str | None = None) -> Table:
+    """Load a platform table (of data namespace `namespace`, for a table declared
+    `per_namespace`), creating it (with its partition spec) on first use.
 
     A catalog or metadata read that fails transiently (a dropped connection to Postgres, a reset
     from S3) is retried; a persistent one raises `StorageUnavailable`.
     """
-    return with_retries(lambda: _load_table(settings, name), what=f"loading table {name}")
+    identifier = table_identifier(settings, name, namespace)
+    return with_retries(
+        lambda: _load_table(settings, name, identifier, namespace),
+        what=f"loading table {identifier}",
+    )
 
 
-def _load_table(settings: Settings, name: str) -> Table:
+def _load_table(settings: Settings, name: str, identifier: str, namespace: str | None) -> Table:
     catalog = open_catalog(settings)
-    identifier = f"{settings.namespace}.{name}"
-    spec = table_spec(name)  # unknown names fail here, listing the declared tables
+    spec = table_spec(name)
     try:
         table = catalog.load_table(identifier)
     except NoSuchTableError:
@@ -96,6 +181,15 @@ def _load_table(settings: Settings, name: str) -> Table:
             _add_columns(catalog, identifier, table, spec.schema)
             table = catalog.load_table(identifier)
         return table
+    if namespace is not None:
+        # The location pins the layout whatever the catalog's own convention (SqlCatalog's
+        # `<warehouse>/<ns>/`, Glue's `<ns>.db/`): a bucket policy matches these prefixes.
+        properties = {
+            "location": namespace_location(settings, namespace),
+            DATA_NAMESPACE_PROPERTY: namespace,
+            PLATFORM_NAMESPACE_PROPERTY: settings.namespace,
+        }
+        _ensure_namespace(catalog, catalog_namespace(settings, namespace), properties)
     with _lock:
         table = catalog.create_table_if_not_exists(
             identifier, schema=spec.schema, properties=COMMIT_RETRY_PROPERTIES
@@ -198,9 +292,11 @@ def read_table(
     row_filter: BooleanExpression | None = None,
     snapshot_id: int | None = None,
     columns: tuple[str, ...] | None = None,
+    *,
+    namespace: str | None = None,
 ) -> pa.Table:
     """Read rows of a platform table as Arrow, typed exactly as the platform's schema."""
-    table = load_table(settings, name)
+    table = load_table(settings, name, namespace=namespace)
     scan = table.scan(
         row_filter=row_filter if row_filter is not None else AlwaysTrue(),
         snapshot_id=snapshot_id,
@@ -213,6 +309,24 @@ def read_table(
     return conform(data, schema, fill_nullable=True)
 
 
+def read_namespaces(
+    settings: Settings,
+    name: str,
+    namespaces: list[str],
+    row_filter: BooleanExpression | None = None,
+    columns: tuple[str, ...] | None = None,
+) -> pa.Table:
+    """Rows of a per-namespace table in each of `namespaces`, current snapshots, concatenated."""
+    parts = [
+        read_table(settings, name, row_filter, None, columns, namespace=namespace)
+        for namespace in namespaces
+    ]
+    if parts:
+        return pa.concat_tables(parts)
+    schema = table_schema(name)
+    return (pa.schema([schema.field(c) for c in columns]) if columns else schema).empty_table()
+
+
 def read_batch(
     settings: Settings,
     name: str,
@@ -220,8 +334,16 @@ def read_batch(
     snapshot_id: int | None = None,
     columns: tuple[str, ...] | None = None,
 ) -> pa.Table:
-    """Read one landing batch's partition of a document table."""
-    return read_table(settings, name, where_equal("batch_id", batch_id), snapshot_id, columns)
+    """Read one landing batch's partition of a document table (in the batch's data namespace)."""
+    namespace = batch_namespace(settings, batch_id) if table_spec(name).per_namespace else None
+    return read_table(
+        settings,
+        name,
+        where_equal("batch_id", batch_id),
+        snapshot_id,
+        columns,
+        namespace=namespace,
+    )
 
 
 def replace_rows(
@@ -230,13 +352,15 @@ def replace_rows(
     data: pa.Table,
     where: BooleanExpression,
     snapshot_properties: dict[str, str] | None = None,
+    *,
+    namespace: str | None = None,
 ) -> int:
     """Atomically replace the rows matching `where` with `data`; return the new snapshot id.
 
     One transaction: readers see the old rows or the new ones, never a mix, and a crash
     leaves the old snapshot in place. Ray may retry a stage, so writes must be replacements.
     """
-    table = load_table(settings, name)
+    table = load_table(settings, name, namespace=namespace)
     data = conform(data, table_schema(name))
     with warnings.catch_warnings():
         # A first run of a batch has nothing to delete; pyiceberg warns about that, harmlessly.
@@ -252,12 +376,16 @@ def replace_rows(
     return snapshot.snapshot_id
 
 
-def append_rows(settings: Settings, name: str, data: pa.Table) -> None:
+def append_rows(
+    settings: Settings, name: str, data: pa.Table, *, namespace: str | None = None
+) -> None:
     """Append rows to a log-like table (stage runs, check results, registries)."""
-    table = load_table(settings, name)
+    table = load_table(settings, name, namespace=namespace)
     table.append(conform(data, table_schema(name)))
 
 
-def current_snapshot_id(settings: Settings, name: str) -> int | None:
-    snapshot = load_table(settings, name).current_snapshot()
+def current_snapshot_id(
+    settings: Settings, name: str, *, namespace: str | None = None
+) -> int | None:
+    snapshot = load_table(settings, name, namespace=namespace).current_snapshot()
     return snapshot.snapshot_id if snapshot else None

@@ -45,20 +45,26 @@ class TableHandle:
     io: FileIO
     metadata: TableMetadata
     schema: pa.Schema  # the platform's Arrow schema of the table
+    namespace: str | None = None  # the data namespace of a per-namespace table
 
 
-def table_handle(settings: Settings, name: str) -> TableHandle:
-    table = catalog.load_table(settings, name)
-    return TableHandle(name, table.io, table.metadata, catalog.table_schema(name))
+def table_handle(settings: Settings, name: str, namespace: str | None = None) -> TableHandle:
+    table = catalog.load_table(settings, name, namespace=namespace)
+    return TableHandle(name, table.io, table.metadata, catalog.table_schema(name), namespace)
 
 
 def plan_files(
-    settings: Settings, name: str, row_filter: BooleanExpression, snapshot_id: int | None
+    settings: Settings,
+    name: str,
+    row_filter: BooleanExpression,
+    snapshot_id: int | None,
+    namespace: str | None = None,
 ) -> list[FileScanTask]:
-    """The data files holding rows of `name` that match `row_filter` at `snapshot_id`."""
+    """The data files holding rows of `name` (of data namespace `namespace`) that match
+    `row_filter` at `snapshot_id`."""
 
     def plan() -> list[FileScanTask]:
-        table = catalog.load_table(settings, name)
+        table = catalog.load_table(settings, name, namespace=namespace)
         return list(table.scan(row_filter=row_filter, snapshot_id=snapshot_id).plan_files())
 
     return with_retries(plan, what=f"planning a scan of {name}", must_exist=True)
@@ -157,6 +163,7 @@ def commit_files(
     replace: BooleanExpression,
     data_files: Sequence[DataFile],
     properties: dict[str, str],
+    namespace: str | None = None,
 ) -> int:
     """One transaction: remove the rows matching `replace` and add `data_files`; return the new
     snapshot id. Readers see the old rows or the new ones, never a mix; a crash before the commit
@@ -165,7 +172,7 @@ def commit_files(
     properties = {**properties, COMMIT_ID: commit_id}
 
     def commit() -> int:
-        table = catalog.load_table(settings, name)
+        table = catalog.load_table(settings, name, namespace=namespace)
         done = _snapshot_of_commit(table, commit_id)
         if done is not None:
             return done  # an earlier attempt landed but its answer was lost: do not commit twice

@@ -87,7 +87,7 @@ class BatchManifest:
             raise ValueError(f"landing manifest field 'files' must be a list, got {files!r:.80}")
         batch_id, namespace = str(fields["batch_id"]), str(fields["namespace"])
         prefixes = [f"{data_prefix(namespace, batch_id)}/", f"{_batch_prefix(batch_id)}/files/"]
-        if not _NAMESPACE.fullmatch(namespace):  # a name no landing since then accepts
+        if not NAMESPACE_NAME.fullmatch(namespace):  # a name no landing since then accepts
             prefixes = prefixes[1:]
         landed = []
         for number, entry in enumerate(files):
@@ -157,7 +157,7 @@ def data_prefix(namespace: str, batch_id: str) -> str:
 
 # Lower-case letters, digits and hyphens: a namespace names object-store prefixes and catalog
 # entries, and bucket policies match them.
-_NAMESPACE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+NAMESPACE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 
 
 def read_manifest(store: ObjectStore, batch_id: str) -> BatchManifest:
@@ -222,7 +222,7 @@ def land_files(
     for name, value in (("source", source), ("license", license)):
         if not value or "/" in value:
             raise ValueError(f"--{name} must be a non-empty name without '/', got {value!r}")
-    if not _NAMESPACE.fullmatch(namespace):
+    if not NAMESPACE_NAME.fullmatch(namespace):
         raise ValueError(
             f"--namespace must be lower-case letters, digits and hyphens (e.g. cloud, on-device), "
             f"got {namespace!r}"

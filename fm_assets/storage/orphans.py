@@ -17,7 +17,7 @@ from pyiceberg.table import Table
 
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
-from fm_assets.storage.tables import declared_tables
+from fm_assets.storage.tables import declared_tables, table_spec
 from fm_loader.remote import filesystem_for
 
 DEFAULT_GRACE = dt.timedelta(hours=24)
@@ -25,7 +25,8 @@ DEFAULT_GRACE = dt.timedelta(hours=24)
 
 @dataclass
 class SweepReport:
-    """Orphans found (and removed unless dry run) per table: (files, bytes)."""
+    """Orphans found (and removed unless dry run) per table (`fm.shard_sets`,
+    `fm_cloud.raw_documents`): (files, bytes)."""
 
     dry_run: bool
     tables: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -44,11 +45,17 @@ def sweep_orphans(
     settings: Settings, *, grace: dt.timedelta = DEFAULT_GRACE, dry_run: bool = False
 ) -> SweepReport:
     """Find (and unless `dry_run`, delete) every table's unreferenced data files older than
-    `grace`."""
+    `grace`: the platform's tables and each data namespace's."""
     report = SweepReport(dry_run=dry_run)
     cutoff = dt.datetime.now(dt.UTC) - grace
-    for name in declared_tables():
-        table = catalog.load_table(settings, name)
+    namespaces = catalog.data_namespaces(settings)
+    tables = [
+        (name, namespace)
+        for name in declared_tables()
+        for namespace in (namespaces if table_spec(name).per_namespace else [None])
+    ]
+    for name, namespace in tables:
+        table = catalog.load_table(settings, name, namespace=namespace)
         # Compared as paths inside the filesystem: the catalog may spell a URI differently.
         referenced = {filesystem_for(uri, settings.s3_endpoint)[1] for uri in _referenced(table)}
         data_uri = f"{table.location().rstrip('/')}/data"
@@ -65,7 +72,8 @@ def sweep_orphans(
         ]
         if not orphans:
             continue
-        report.tables[name] = (len(orphans), sum(info.size or 0 for info in orphans))
+        identifier = catalog.table_identifier(settings, name, namespace)
+        report.tables[identifier] = (len(orphans), sum(info.size or 0 for info in orphans))
         for info in orphans:
             if not dry_run:
                 fs.delete_file(info.path)

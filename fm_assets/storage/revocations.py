@@ -101,6 +101,19 @@ def read_revocations(settings: Settings) -> list[RevocationRecord]:
     return sorted(records, key=lambda r: (r.revoked_at, r.revocation_id))
 
 
+def require_revocation(settings: Settings, revocation_id: str) -> RevocationRecord:
+    """A recorded revocation; raises naming how to record one."""
+    rows = catalog.read_table(
+        settings, "revocations", catalog.where_equal("revocation_id", revocation_id)
+    ).to_pylist()
+    if not rows:
+        raise ValueError(
+            f"no revocation {revocation_id} is recorded; revoke with `fm revoke` (it records the "
+            "revocation, then materializes its partition)"
+        )
+    return RevocationRecord(**rows[0])
+
+
 def revoked_mask(documents: pa.Table, revocations: Sequence[RevocationRecord]) -> pa.Array:
     """Which rows of `documents` (holding every column the revocations name) any revocation
     matches."""

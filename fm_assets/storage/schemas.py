@@ -99,7 +99,8 @@ DATASET_VERSIONS = pa.schema(
         pa.field("dataset", pa.string(), nullable=False),
         pa.field("version", pa.int64(), nullable=False),
         pa.field("batches", pa.list_(pa.string()), nullable=False),
-        pa.field("snapshot_ids", pa.string(), nullable=False),  # JSON {table: snapshot id}
+        # JSON {data namespace: {document table: snapshot id}}
+        pa.field("snapshot_ids", pa.string(), nullable=False),
         pa.field("code_versions", pa.string(), nullable=False),  # JSON {stage: code version}
         pa.field("tokenizer_hash", pa.string(), nullable=False),
         pa.field("num_documents", pa.int64(), nullable=False),
@@ -213,8 +214,9 @@ CONTAMINATION_FLAGS = pa.schema(
 )
 
 
-# Every kept raw document of every batch, by hash bucket: what exact deduplication of a new batch
-# compares against, one bucket per task (a pruned scan, never the whole corpus).
+# Every kept raw document of every batch of one data namespace, by hash bucket: what exact
+# deduplication of a new batch of that namespace compares against, one bucket per task (a pruned
+# scan, never the whole corpus).
 DOCUMENT_INDEX_BUCKETS = 16
 DOCUMENT_INDEX = pa.schema(
     [
@@ -232,18 +234,19 @@ def document_bucket(doc_id: str) -> int:
 
 
 # Tables storage owns; stage outputs, the MinHash index and the contamination registry's hash tables
-# are declared by their owners.
+# are declared by their owners. Quarantine rows, redaction and contamination audits, the exact-dedup
+# index and a version's contamination flags name documents: each data namespace keeps its own.
 declare(
     # Each stage replaces its own quarantine rows of a batch: a partition-aligned, metadata-only
     # replacement.
-    TableSpec("quarantine", QUARANTINE, ("batch_id", "stage")),
+    TableSpec("quarantine", QUARANTINE, ("batch_id", "stage"), per_namespace=True),
     TableSpec("tokenizers", TOKENIZERS),
     TableSpec("quality_classifiers", QUALITY_CLASSIFIERS),
     TableSpec("dataset_versions", DATASET_VERSIONS),
     TableSpec("shard_sets", SHARD_SETS),
-    TableSpec("pii_redactions", PII_REDACTIONS, ("batch_id",)),
-    TableSpec("document_index", DOCUMENT_INDEX, ("bucket",)),
+    TableSpec("pii_redactions", PII_REDACTIONS, ("batch_id",), per_namespace=True),
+    TableSpec("document_index", DOCUMENT_INDEX, ("bucket",), per_namespace=True),
     TableSpec("contamination_benchmarks", CONTAMINATION_BENCHMARKS, ("benchmark",)),
-    TableSpec("contamination_matches", CONTAMINATION_MATCHES, ("batch_id",)),
-    TableSpec("contamination_flags", CONTAMINATION_FLAGS, ("version_key",)),
+    TableSpec("contamination_matches", CONTAMINATION_MATCHES, ("batch_id",), per_namespace=True),
+    TableSpec("contamination_flags", CONTAMINATION_FLAGS, ("version_key",), per_namespace=True),
 )

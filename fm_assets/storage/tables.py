@@ -4,6 +4,10 @@ Storage declares its own (quarantine, bookkeeping, registries, versions, shard s
 declares its output table from its class (`stages.base.Stage`), and the MinHash index and the
 contamination registry declare theirs beside the code that fills them. The catalog creates a
 table from its declaration on first use.
+
+A table holding documents, or anything derived from one data namespace's documents, is declared
+`per_namespace`: each data namespace has its own copy, in a catalog namespace of its own
+(`storage.catalog.catalog_namespace`). The others are platform-wide, in the platform's namespace.
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ import pyarrow as pa
 
 @dataclass(frozen=True)
 class TableSpec:
-    """A platform table: its name in the catalog, its Arrow schema, its identity partitions."""
+    """A platform table: its name in the catalog, its Arrow schema, its identity partitions, and
+    whether each data namespace keeps its own copy (documents and what derives from them)."""
 
     name: str
     schema: pa.Schema
     partition_by: tuple[str, ...] = ()
+    per_namespace: bool = False
 
 
 _DECLARED: dict[str, TableSpec] = {}

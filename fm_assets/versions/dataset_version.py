@@ -1,10 +1,11 @@
 """Dataset versions: immutable `<dataset>@v<N>` cuts over the curated tables.
 
 A version is a row in `dataset_versions` plus an Iceberg tag of the same name on every document
-table, so its documents can be read back exactly as they were, whatever later runs commit. A
-version cut by a revocation shares its base's snapshots and lists the documents it leaves out in
-`version_exclusions`; every read of a version's documents goes through `version_documents`, which
-drops them.
+table of every data namespace it holds (each namespace's tables live in its own catalog
+namespace), so its documents can be read back exactly as they were, whatever later runs commit.
+A version cut by a revocation shares its base's snapshots and lists the documents it leaves out in
+`version_exclusions`, as does a version over several namespaces for the extra copies of a
+document; every read of a version's documents goes through `version_documents`, which drops them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.expressions import BooleanExpression
 
 from fm_assets.curation.namespaces import load_namespace_policy
 from fm_assets.execution import pipeline
@@ -30,10 +32,11 @@ from fm_assets.storage.objectstore import open_object_store
 from fm_assets.storage.revocations import read_revocations
 from fm_assets.versions.membership import (
     batch_namespaces,
+    batches_by_namespace,
+    choose_documents,
     exclude_documents,
     excluded_documents,
     record_namespaces,
-    revoked_documents,
     version_namespaces,
 )
 from fm_assets.versions.policies import record_policies, refuse_stale_batches
@@ -49,21 +52,35 @@ class DatasetVersion:
     dataset: str
     version: int
     batches: tuple[str, ...]
-    snapshot_ids: dict[str, int]
+    snapshot_ids: dict[str, dict[str, int]]  # data namespace -> {document table: snapshot id}
     code_versions: dict[str, str]
     tokenizer_hash: str
     num_documents: int
     num_tokens: int
     content_hash: str
 
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        """The data namespaces whose tables the version tagged, sorted."""
+        return tuple(sorted(self.snapshot_ids))
+
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> DatasetVersion:
+        snapshots = json.loads(str(row["snapshot_ids"]))
+        if any(not isinstance(v, dict) for v in snapshots.values()):
+            raise ValueError(
+                f"dataset version {row['version_key']} was cut before each data namespace had "
+                "its own catalog namespace, and this platform cannot read it; existing FM_HOMEs "
+                "are not migrated: land and run the data again on a new FM_HOME"
+            )
         return cls(
             version_key=str(row["version_key"]),
             dataset=str(row["dataset"]),
             version=int(row["version"]),
             batches=tuple(row["batches"]),
-            snapshot_ids={k: int(v) for k, v in json.loads(str(row["snapshot_ids"])).items()},
+            snapshot_ids={
+                ns: {t: int(v) for t, v in tables.items()} for ns, tables in snapshots.items()
+            },
             code_versions=json.loads(str(row["code_versions"])),
             tokenizer_hash=str(row["tokenizer_hash"]),
             num_documents=int(row["num_documents"]),
@@ -162,8 +179,17 @@ def namespaces_of(settings: Settings, version: DatasetVersion) -> list[str]:
 def drop_summary(settings: Settings, batches: list[str]) -> str:
     """What each stage dropped from `batches`: "raw_documents 3 -> 1 (2 empty_record), ..."."""
     rules: dict[str, Counter[str]] = {}
-    quarantined = catalog.read_table(
-        settings, "quarantine", catalog.where_in("batch_id", batches), columns=("stage", "rule")
+    quarantined = pa.concat_tables(
+        [
+            catalog.read_table(
+                settings,
+                "quarantine",
+                catalog.where_in("batch_id", held),
+                columns=("stage", "rule"),
+                namespace=namespace,
+            )
+            for namespace, held in batches_by_namespace(settings, batches).items()
+        ]
     )
     for stage, rule in zip(
         quarantined.column("stage").to_pylist(), quarantined.column("rule").to_pylist(), strict=True
@@ -209,23 +235,48 @@ def create_version(
             if stage == final_stage:
                 stage_keys.append(str(run["stage_key"]))
 
-    snapshot_ids = {t: catalog.current_snapshot_id(settings, t) for t in DOCUMENT_TABLES}
-    docs = catalog.read_table(
-        settings,
-        final_stage,
-        row_filter=catalog.where_in("batch_id", chosen),
-        snapshot_id=snapshot_ids[final_stage],
-        columns=("doc_id", "num_tokens", "tokenizer_hash", "source", "license", "batch_id"),
-    )
-    # What a recorded revocation names stays out of every later version too.
-    excluded = revoked_documents(docs, read_revocations(settings))
-    if excluded:
-        docs = docs.filter(pc.invert(pc.is_in(docs.column("doc_id"), pa.array(sorted(excluded)))))
-        if docs.num_rows == 0:
-            raise ValueError(
-                f"{version_key} would hold no documents: every document of batches "
-                f"{', '.join(chosen)} is revoked (see `fm lineage revocations`); land other data"
+    held = batches_by_namespace(settings, chosen)
+    snapshot_ids = {
+        namespace: {
+            t: snapshot
+            for t in DOCUMENT_TABLES
+            if (snapshot := catalog.current_snapshot_id(settings, t, namespace=namespace))
+            is not None
+        }
+        for namespace in held
+    }
+    docs = pa.concat_tables(
+        [
+            catalog.read_table(
+                settings,
+                final_stage,
+                row_filter=catalog.where_in("batch_id", in_namespace),
+                snapshot_id=snapshot_ids[namespace][final_stage],
+                columns=(
+                    "doc_id",
+                    "num_tokens",
+                    "tokenizer_hash",
+                    "source",
+                    "license",
+                    "batch_id",
+                    "namespace",
+                ),
+                namespace=namespace,
             )
+            for namespace, in_namespace in held.items()
+        ]
+    )
+    # What a recorded revocation names stays out of every later version too; a document landed
+    # into several of the version's namespaces is kept once.
+    published = {b: i for i, (_, b) in enumerate(published_log(open_object_store(settings)))}
+    docs, revoked, duplicates = choose_documents(
+        docs, read_revocations(settings), lambda b: published.get(b, len(published))
+    )
+    if docs.num_rows == 0:
+        raise ValueError(
+            f"{version_key} would hold no documents: every document of batches "
+            f"{', '.join(chosen)} is revoked (see `fm lineage revocations`); land other data"
+        )
     tokenizers = pc.unique(docs.column("tokenizer_hash")).to_pylist()
     if len(tokenizers) > 1:
         raise ValueError(
@@ -240,32 +291,37 @@ def create_version(
         dataset=dataset,
         version=number,
         batches=tuple(chosen),
-        snapshot_ids={k: v for k, v in snapshot_ids.items() if v is not None},
+        snapshot_ids=snapshot_ids,
         code_versions=code_versions,
         tokenizer_hash=tokenizers[0] if tokenizers else "",
         num_documents=docs.num_rows,
         num_tokens=int(pc.sum(docs.column("num_tokens")).as_py() or 0),
         content_hash=content_hash,
     )
-    exclude_documents(settings, version_key, excluded)
-    record_namespaces(settings, version_key, batch_namespaces(settings, chosen))
+    for namespace in held:
+        exclude_documents(
+            settings, version_key, namespace, revoked.get(namespace, {}), duplicates.get(namespace)
+        )
+    record_namespaces(settings, version_key, list(held))
     record_policies(settings, version_key, chosen)
     register_version(settings, version, run_id)
     return version, True
 
 
 def register_version(settings: Settings, version: DatasetVersion, run_id: str | None) -> None:
-    """Tag the version's snapshots with its key and append its `dataset_versions` row.
+    """Tag the version's snapshots (every document table of every namespace it holds) with its
+    key and append its `dataset_versions` row.
 
     The row goes last: a crash before it leaves tags that the next attempt replaces.
     """
-    for table_name, snapshot_id in version.snapshot_ids.items():
-        table = catalog.load_table(settings, table_name)
-        manage = table.manage_snapshots()
-        if version.version_key in table.metadata.refs:
-            # Left by an attempt that crashed before writing the version row.
-            manage = manage.remove_tag(version.version_key)
-        manage.create_tag(snapshot_id, version.version_key).commit()
+    for namespace, snapshots in version.snapshot_ids.items():
+        for table_name, snapshot_id in snapshots.items():
+            table = catalog.load_table(settings, table_name, namespace=namespace)
+            manage = table.manage_snapshots()
+            if version.version_key in table.metadata.refs:
+                # Left by an attempt that crashed before writing the version row.
+                manage = manage.remove_tag(version.version_key)
+            manage.create_tag(snapshot_id, version.version_key).commit()
     row = {
         "version_key": version.version_key,
         "dataset": version.dataset,
@@ -284,22 +340,35 @@ def register_version(settings: Settings, version: DatasetVersion, run_id: str | 
 
 
 def version_documents(
-    settings: Settings, version: DatasetVersion, table: str, columns: tuple[str, ...] | None = None
+    settings: Settings,
+    version: DatasetVersion,
+    table: str,
+    columns: tuple[str, ...] | None = None,
+    where: BooleanExpression | None = None,
 ) -> pa.Table:
-    """The version's rows of a document table, read at the version's tagged snapshot, less the
-    documents it excludes."""
-    excluded = excluded_documents(settings, version.version_key)
-    wanted = columns
-    if excluded and columns is not None and "doc_id" not in columns:
-        wanted = (*columns, "doc_id")
-    rows = catalog.read_table(
-        settings,
-        table,
-        row_filter=catalog.where_in("batch_id", list(version.batches)),
-        snapshot_id=version.snapshot_ids[table],
-        columns=wanted,
-    )
-    if not excluded:
-        return rows
-    kept = rows.filter(pc.invert(pc.is_in(rows.column("doc_id"), pa.array(sorted(excluded)))))
-    return kept if columns is None else kept.select(list(columns))
+    """The version's rows of a document table (matching `where`), from every data namespace it
+    holds, read at the version's tagged snapshots, less the documents it excludes."""
+    parts = []
+    for namespace in version.namespaces:
+        excluded = excluded_documents(settings, version.version_key, namespace)
+        wanted = columns
+        if excluded and columns is not None and "doc_id" not in columns:
+            wanted = (*columns, "doc_id")
+        row_filter = catalog.where_in("batch_id", list(version.batches))
+        rows = catalog.read_table(
+            settings,
+            table,
+            row_filter=row_filter if where is None else catalog.where_all(row_filter, where),
+            snapshot_id=version.snapshot_ids[namespace][table],
+            columns=wanted,
+            namespace=namespace,
+        )
+        if excluded:
+            rows = rows.filter(
+                pc.invert(pc.is_in(rows.column("doc_id"), pa.array(sorted(excluded))))
+            )
+        parts.append(rows if columns is None else rows.select(list(columns)))
+    if parts:
+        return pa.concat_tables(parts)
+    schema = catalog.table_schema(table)
+    return (pa.schema([schema.field(c) for c in columns]) if columns else schema).empty_table()

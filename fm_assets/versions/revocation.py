@@ -2,10 +2,10 @@
 
 Versions are immutable, so a revocation never edits one: it cuts the next version of the same
 dataset over the same tagged snapshots, listing the revoked documents (and whatever its base
-already excluded) in `version_exclusions`, and records (revocation, version, replacement) in
-`version_revocations`. A version already revoked keeps its first replacement; a later revocation
-that also touches it is recorded against it, and its replacement, which holds the documents too,
-gets a replacement of its own.
+already excluded) in `version_exclusions` of the namespaces holding them, and records (revocation,
+version, replacement) in `version_revocations`. A version already revoked keeps its first
+replacement; a later revocation that also touches it is recorded against it, and its replacement,
+which holds the documents too, gets a replacement of its own.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,12 +29,9 @@ from fm_assets.versions.dataset_version import (
     next_version_key,
     parse_version_key,
     register_version,
+    version_documents,
 )
-from fm_assets.versions.membership import (
-    exclude_documents,
-    excluded_documents,
-    record_namespaces,
-)
+from fm_assets.versions.membership import exclude_documents, exclusions, record_namespaces
 from fm_assets.versions.policies import copy_policies
 
 VERSION_REVOCATIONS = pa.schema(
@@ -56,8 +54,18 @@ class VersionRevocation:
     revocation_id: str
     version_key: str
     replacement: str | None
-    removed: tuple[str, ...]  # doc ids
+    documents_removed: int
     tokens_removed: int
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> VersionRevocation:
+        return cls(
+            revocation_id=str(row["revocation_id"]),
+            version_key=str(row["version_key"]),
+            replacement=str(row["replacement"]) if row["replacement"] else None,
+            documents_removed=int(row["documents_removed"]),
+            tokens_removed=int(row["tokens_removed"]),
+        )
 
 
 def all_versions(settings: Settings) -> list[DatasetVersion]:
@@ -69,25 +77,31 @@ def all_versions(settings: Settings) -> list[DatasetVersion]:
 def revoked_in(
     settings: Settings, version: DatasetVersion, revocation: RevocationRecord
 ) -> pa.Table:
-    """(doc_id, num_tokens) of the version's documents the revocation matches: a scan pruned by
-    the revocation's column at the version's snapshot, less the version's exclusions."""
-    final = pipeline.STAGE_NAMES[-1]
-    if final not in version.snapshot_ids:
-        return catalog.table_schema(final).empty_table().select(["doc_id", "num_tokens"])
-    hits = catalog.read_table(
+    """(doc_id, num_tokens, namespace) of the version's documents the revocation matches: scans
+    pruned by the revocation's column at the version's snapshots, less the version's exclusions."""
+    return version_documents(
         settings,
-        final,
-        catalog.where_all(
-            catalog.where_in("batch_id", list(version.batches)),
-            catalog.where_equal(revocation.column, revocation.value),
-        ),
-        snapshot_id=version.snapshot_ids[final],
-        columns=("doc_id", "num_tokens"),
+        version,
+        pipeline.STAGE_NAMES[-1],
+        ("doc_id", "num_tokens", "namespace"),
+        catalog.where_equal(revocation.column, revocation.value),
     )
-    excluded = excluded_documents(settings, version.version_key)
-    if not excluded or hits.num_rows == 0:
-        return hits
-    return hits.filter(pc.invert(pc.is_in(hits.column("doc_id"), pa.array(sorted(excluded)))))
+
+
+def recorded_outcomes(settings: Settings, revocation_id: str) -> list[VersionRevocation]:
+    """What a revocation did to each version it touched, as recorded, by version."""
+    rows = catalog.read_table(
+        settings, "version_revocations", catalog.where_equal("revocation_id", revocation_id)
+    ).to_pylist()
+    return sorted((VersionRevocation.from_row(r) for r in rows), key=lambda o: o.version_key)
+
+
+def replaced_base(settings: Settings, version_key: str) -> VersionRevocation | None:
+    """The revocation that cut `version_key` as a replacement, and the version it replaces."""
+    rows = catalog.read_table(
+        settings, "version_revocations", catalog.where_equal("replacement", version_key)
+    ).to_pylist()
+    return VersionRevocation.from_row(min(rows, key=lambda r: r["revoked_at"])) if rows else None
 
 
 def replacement_of(settings: Settings, version_key: str) -> dict[str, object] | None:
@@ -99,30 +113,37 @@ def replacement_of(settings: Settings, version_key: str) -> dict[str, object] | 
 
 
 def cut_replacement(
-    settings: Settings, version: DatasetVersion, removed: dict[str, str], tokens_removed: int
+    settings: Settings, version: DatasetVersion, removed: pa.Table, revocation_id: str
 ) -> DatasetVersion:
-    """The next version of `version.dataset`: the same snapshots less `removed` (doc -> revocation
-    id) and whatever `version` already excluded."""
+    """The next version of `version.dataset`: the same snapshots less `removed` (doc_id,
+    num_tokens, namespace: what `revocation_id` revokes) and whatever `version` already
+    excluded."""
     key = next_version_key(settings, version.dataset)
     dataset, number = parse_version_key(key)
-    previous = excluded_documents(settings, version.version_key)
+    doc_ids = removed.column("doc_id").to_pylist()
     content_hash = hashlib.sha256(
-        "\n".join([version.content_hash, *sorted(removed)]).encode()
+        "\n".join([version.content_hash, *sorted(doc_ids)]).encode()
     ).hexdigest()
     replacement = DatasetVersion(
         version_key=key,
         dataset=dataset,
         version=number,
         batches=version.batches,
-        snapshot_ids=dict(version.snapshot_ids),
+        snapshot_ids={ns: dict(tables) for ns, tables in version.snapshot_ids.items()},
         code_versions=dict(version.code_versions),
         tokenizer_hash=version.tokenizer_hash,
-        num_documents=version.num_documents - len(removed),
-        num_tokens=version.num_tokens - tokens_removed,
+        num_documents=version.num_documents - len(doc_ids),
+        num_tokens=version.num_tokens - int(pc.sum(removed.column("num_tokens")).as_py() or 0),
         content_hash=content_hash,
     )
     # The exclusions first: once the version row exists, readers trust it.
-    exclude_documents(settings, key, {d: f"via {version.version_key}" for d in previous} | removed)
+    for namespace in version.namespaces:
+        before = exclusions(settings, version.version_key, namespace).to_pylist()
+        revoked = {r["doc_id"]: f"via {version.version_key}" for r in before if r["revocation_id"]}
+        duplicates = {r["doc_id"]: r["kept_in"] for r in before if not r["revocation_id"]}
+        mine = removed.filter(pc.equal(removed.column("namespace"), namespace))
+        revoked |= {doc_id: revocation_id for doc_id in mine.column("doc_id").to_pylist()}
+        exclude_documents(settings, key, namespace, revoked, duplicates)
     record_namespaces(settings, key, namespaces_of(settings, version))
     copy_policies(settings, version.version_key, key)
     register_version(settings, replacement, run_id=None)
@@ -131,31 +152,31 @@ def cut_replacement(
 
 def revoke_versions(settings: Settings, revocation: RevocationRecord) -> list[VersionRevocation]:
     """Cut a replacement for every version (not already replaced) holding revoked documents,
-    and record what happened to each version the revocation touches."""
-    outcomes = []
+    and record what happened to each version the revocation touches; return every outcome of
+    the revocation. Run again for the same revocation (its asset rematerialized after a crash),
+    it leaves the versions it already recorded as they are."""
+    done = {o.version_key for o in recorded_outcomes(settings, revocation.revocation_id)}
     for version in all_versions(settings):
+        if version.version_key in done:
+            continue
         hits = revoked_in(settings, version, revocation)
         if hits.num_rows == 0:
             continue
-        removed = {doc_id: revocation.revocation_id for doc_id in hits.column("doc_id").to_pylist()}
         tokens = int(pc.sum(hits.column("num_tokens")).as_py() or 0)
         replacement: str | None = None
-        if replacement_of(settings, version.version_key) is None and len(removed) < (
+        if replacement_of(settings, version.version_key) is None and hits.num_rows < (
             version.num_documents
         ):
-            replacement = cut_replacement(settings, version, removed, tokens).version_key
-        outcome = VersionRevocation(
-            revocation.revocation_id, version.version_key, replacement, tuple(removed), tokens
-        )
+            cut = cut_replacement(settings, version, hits, revocation.revocation_id)
+            replacement = cut.version_key
         # Right after the cut: a rerun after a crash sees the version replaced, not cuts again.
         row = {
-            "revocation_id": outcome.revocation_id,
-            "version_key": outcome.version_key,
-            "replacement": outcome.replacement,
-            "documents_removed": len(outcome.removed),
-            "tokens_removed": outcome.tokens_removed,
+            "revocation_id": revocation.revocation_id,
+            "version_key": version.version_key,
+            "replacement": replacement,
+            "documents_removed": hits.num_rows,
+            "tokens_removed": tokens,
             "revoked_at": dt.datetime.now(dt.UTC),
         }
         catalog.append_rows(settings, "version_revocations", pa.Table.from_pylist([row]))
-        outcomes.append(outcome)
-    return outcomes
+    return recorded_outcomes(settings, revocation.revocation_id)

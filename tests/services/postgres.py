@@ -153,7 +153,8 @@ def postgres_server(databases: Sequence[str] = ("fm",)) -> Iterator[PostgresServ
         )
         pid = _postmaster_pid(data)
         psql = [_binary("psql"), "-h", str(root), "-p", str(port), "-U", "postgres", "-q"]
-        statements = [f"CREATE ROLE {USER} LOGIN CREATEDB PASSWORD '{password}'"]
+        # CREATEROLE: tests of the catalog policy make the roles it names (deploy/iam/).
+        statements = [f"CREATE ROLE {USER} LOGIN CREATEDB CREATEROLE PASSWORD '{password}'"]
         statements += [f"CREATE DATABASE {db} OWNER {USER}" for db in databases]
         for statement in statements:
             subprocess.run(

@@ -33,7 +33,8 @@ NEARDUP_INDEX_SCHEMA = pa.schema(
 )
 
 
-# The global near-duplicate index: band hashes of every kept document of every batch. Partitioned
+# The near-duplicate index of one data namespace: band hashes of every kept document of every batch
+# landed into it (each namespace keeps its own, like every table naming documents). Partitioned
 # by band as well, so deciding one band reads only that band's files (a pruned scan). Rows written
 # by older platform versions carry the document's shingle set on its band-0 row.
 declare(
@@ -41,6 +42,7 @@ declare(
         "neardup_index",
         pa.schema([pa.field("batch_id", pa.string(), nullable=False), *NEARDUP_INDEX_SCHEMA]),
         ("batch_id", "band"),
+        per_namespace=True,
     ),
     # Every kept document's shingle set, by bucket of its id: what exact-Jaccard confirmation of
     # a candidate from another batch reads (one bucket's files, never the whole index).
@@ -55,6 +57,7 @@ declare(
             ]
         ),
         ("batch_id", "bucket"),
+        per_namespace=True,
     ),
 )
 
