@@ -79,6 +79,26 @@ def test_batches_whose_raw_stages_run_at_once_keep_each_record_once(
     assert all(r["doc_id"] in kept for r in duplicates)
 
 
+def test_a_rerun_of_the_raw_stage_keeps_what_its_own_batch_indexed_before(
+    ray_address: str, tmp_path: Path
+) -> None:
+    """The batch's own `document_index` rows (from an earlier run, or from an attempt killed
+    after committing them) are not "kept before": a rerun of the raw stage keeps every record the
+    first run kept, instead of quarantining each as a duplicate of itself."""
+    env = _env(tmp_path / "fm")
+    settings = load_settings(env)
+    batch, _ = operations.land(settings, [WGET_WARC], source="wget", license="CC0-1.0")
+    first = run_stage(settings, "raw_documents", batch.batch_id)
+    assert first.records_kept > 0 and first.records_quarantined == 0
+    # Another raw config is another content key: the stage runs again over the same batch.
+    changed = load_settings(env | {"FM_MAX_DOCUMENT_BYTES": str(16 * 1024 * 1024)})
+    again = run_stage(changed, "raw_documents", batch.batch_id)
+    assert not again.skipped
+    assert (again.records_kept, again.records_quarantined) == (first.records_kept, 0)
+    rules = catalog.read_table(settings, "quarantine", namespace="cloud").column("rule")
+    assert "exact_duplicate" not in rules.to_pylist()
+
+
 RUN_REQUEST = """
 import sys, json
 import dagster as dg

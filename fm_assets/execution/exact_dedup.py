@@ -237,8 +237,18 @@ def _decide(
     *candidate_tables: pa.Table,
 ) -> tuple[Any, ...]:
     """Decide one bucket's duplicates (on a worker); write its index rows; route duplicates back."""
+    # The files hold this batch's own rows too when an earlier run of it committed some (a
+    # rerun, or an attempt killed after its index commit): a scan cannot prune "batch_id !=" by
+    # file statistics. Those rows are not "kept before"; the rows themselves are filtered.
     others = (
-        read_files(index, other_files, ("doc_id", "batch_id", "record_id")) if other_files else None
+        read_files(
+            index,
+            other_files,
+            ("doc_id", "batch_id", "record_id"),
+            row_filter=catalog.where_not_equal("batch_id", batch_id),
+        )
+        if other_files
+        else None
     )
     kept_before = (
         {

@@ -109,7 +109,11 @@ def band_candidates(
             others,
             other_files,
             ("doc_id", "band_hash", "batch_id"),
-            catalog.where_equal("band", band),  # files of older versions hold every band
+            # Files of older versions hold every band; and the batch's own rows (a rerun's) are
+            # never "another batch's", whatever files the scan could not prune.
+            catalog.where_all(
+                catalog.where_equal("band", band), catalog.where_not_equal("batch_id", batch_id)
+            ),
         )
         if other_files
         else pa.table({"doc_id": [], "band_hash": [], "batch_id": []}, schema=_INDEX_LOOKUP)
