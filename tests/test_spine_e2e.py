@@ -435,6 +435,8 @@ def test_dataset_card_is_attached_to_the_version_and_written_next_to_the_shard_s
     card_dir = f"{store.key_of(str(row['uri']))}/card"
     markdown = store.read_bytes(f"{card_dir}/dataset_card.md").decode()
     assert spine.version_key in markdown and "near_duplicate" in markdown
+    # The version's card, copied: the shard set's build does not draw it again.
+    assert markdown == store.read_bytes(f"cards/{spine.version_key}/dataset_card.md").decode()
     for plot in ("waterfall.png", "tokens_per_document.png"):
         assert f"]({plot})" in markdown
         assert store.read_bytes(f"{card_dir}/{plot}").startswith(b"\x89PNG\r\n\x1a\n")

@@ -118,6 +118,29 @@ def write_card(card: DatasetCard, directory: Path) -> list[Path]:
     return written
 
 
+def version_card_prefix(version_key: str) -> str:
+    """Where a version's card lives in the object store (written when the version is cut)."""
+    return f"cards/{version_key}"
+
+
+def copy_version_card(
+    settings: Settings, store: ObjectStore, version: DatasetVersion, prefix: str
+) -> list[str]:
+    """The version's stored card (as last written: at its cut, or by a contamination scan)
+    copied under `prefix`; built afresh when the version has none stored. The URIs, the card's
+    Markdown last. Copying, not rebuilding: a shard-set build need not draw the plots again."""
+    source = version_card_prefix(version.version_key)
+    names = store.list_dir(source)
+    if CARD_FILE not in names:
+        return write_card_to_store(build_card(settings, version), store, prefix)
+    uris = []
+    for name in [*(n for n in names if n != CARD_FILE), CARD_FILE]:
+        key = f"{prefix.strip('/')}/{name}"
+        store.write_bytes_atomic(key, store.read_bytes(f"{source}/{name}"))
+        uris.append(store.uri(key))
+    return uris
+
+
 def write_card_to_store(card: DatasetCard, store: ObjectStore, prefix: str) -> list[str]:
     """Write the card and its plots under `prefix` in the object store; return their URIs."""
     uris = []

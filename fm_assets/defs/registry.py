@@ -7,7 +7,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from fm_assets.cards.build import build_card, write_card_to_store
+from fm_assets.cards.build import build_card, version_card_prefix, write_card_to_store
 from fm_assets.contamination.store import (
     local_copy,
     register_benchmark,
@@ -138,7 +138,7 @@ def contamination_scan(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.
     }
     card = build_card(settings, version, contamination=summary)
     card_uris = write_card_to_store(
-        card, open_object_store(settings), f"cards/{version.version_key}"
+        card, open_object_store(settings), version_card_prefix(version.version_key)
     )
     # Flag the version itself, where a user looks first.
     context.instance.report_runless_asset_event(

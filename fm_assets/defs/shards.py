@@ -4,7 +4,7 @@ import warnings
 
 import dagster as dg
 
-from fm_assets.cards.build import build_card, write_card_to_store
+from fm_assets.cards.build import copy_version_card
 from fm_assets.checks.shard_sets import published_copy
 from fm_assets.checks.table import SHARD_SET_CHECKS, ShardSetSubject, evaluate
 from fm_assets.defs.checks import check_specs, to_check_result
@@ -67,9 +67,8 @@ def shard_set(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.Materiali
         subject = ShardSetSubject(settings, directory, manifest, version, build.documents_tokens)
         outcomes = evaluate(SHARD_SET.to_user_string(), SHARD_SET_CHECKS, subject)
     partition = shard_set_key(version_key, config)
-    card = build_card(settings, version)
     store = open_object_store(settings)
-    card_uris = write_card_to_store(card, store, f"{store.key_of(build.uri)}/card")
+    card_uris = copy_version_card(settings, store, version, f"{store.key_of(build.uri)}/card")
     return dg.MaterializeResult(
         metadata={
             "shard_set_key": manifest.shard_set_key,

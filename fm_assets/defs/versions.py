@@ -3,7 +3,7 @@
 import dagster as dg
 from pydantic import Field
 
-from fm_assets.cards.build import build_card, write_card_to_store
+from fm_assets.cards.build import build_card, version_card_prefix, write_card_to_store
 from fm_assets.checks.table import VERSION_CHECKS, VersionSubject, evaluate
 from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.partitions import dataset_versions
@@ -38,7 +38,7 @@ def dataset_version(
     )
     card = build_card(settings, version)
     card_uris = write_card_to_store(
-        card, open_object_store(settings), f"cards/{version.version_key}"
+        card, open_object_store(settings), version_card_prefix(version.version_key)
     )
     return dg.MaterializeResult(
         metadata={
