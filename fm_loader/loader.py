@@ -136,12 +136,16 @@ class FmLoader:
                 depth = ready.qsize()
                 started = time.perf_counter()
                 item = ready.get()
-                self.metrics.record_wait(time.perf_counter() - started, depth)
                 if item is _DONE:
+                    self.metrics.record_wait(time.perf_counter() - started, depth)
                     return
                 if isinstance(item, BaseException):
                     raise item
-                yield self._hand_over(item)
+                batch = self._hand_over(item)
+                # The hand-over is the loader's work done on the trainer's thread (and it
+                # contends with the prefetch thread for the GIL): it counts as waiting.
+                self.metrics.record_wait(time.perf_counter() - started, depth)
+                yield batch
         finally:
             stop.set()
             producer.join(timeout=30)

@@ -42,7 +42,7 @@ def test_a_trainer_that_does_nothing_waits_for_the_loader(web: Built) -> None:
     dataset = make_dataset(str(web.directory))
     report = probe(dataset, step=nothing, steps=30, warmup_steps=2, batch_size=4, num_workers=0)
     assert report.bottleneck == "loader" and report.verdict().startswith("loader-bound")
-    assert report.real.stall_fraction > 0.5
+    assert report.real.stall_fraction > 0.5, report.real
     assert report.slowdown > 1
 
 
