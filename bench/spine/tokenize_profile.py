@@ -73,7 +73,11 @@ def profile_tokenize(settings: Settings, batch_id: str, docs: int) -> dict[str, 
     # The same rows over the same partition: a real commit that changes no data.
     _, out["commit_s"], out["commit_cpu"] = tree_timed(
         lambda: catalog.replace_rows(
-            settings, TOKENIZE, kept, catalog.where_equal("batch_id", batch_id)
+            settings,
+            TOKENIZE,
+            kept,
+            catalog.where_equal("batch_id", batch_id),
+            namespace=catalog.batch_namespace(settings, batch_id),
         )
     )
     return out
