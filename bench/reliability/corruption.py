@@ -55,10 +55,11 @@ def _iceberg(settings: Settings, version_key: str) -> dict[str, list[Path]]:
 
 def file_kinds(settings: Settings, version_key: str, shard_dir: Path) -> dict[str, list[Path]]:
     """Every file the version stands on, by kind."""
-    landing = settings.home / "objects" / "landing" / "batches"
+    landing = settings.home / "objects" / "landing"
     return {
-        "landed file": sorted(landing.glob("*/files/*")),
-        "landing manifest": sorted(landing.glob("*/manifest.json")),
+        # landing/data/<namespace>/<batch>/<file> (storage.landing's layout)
+        "landed file": sorted(landing.glob("data/*/*/*")),
+        "landing manifest": sorted(landing.glob("batches/*/manifest.json")),
         **_iceberg(settings, version_key),
         "shard-set manifest": [shard_dir / "fm_manifest.json"],
         "MDS shard": sorted(shard_dir.glob("*.mds")),
@@ -79,6 +80,8 @@ def measure(
     rng = random.Random(seed)
     results = []
     for kind, files in file_kinds(settings, version_key, shard_dir).items():
+        if not files:  # a layout this benchmark no longer knows: say so, do not count 0 of 0
+            raise RuntimeError(f"no {kind} found under {settings.home} for {version_key}")
         planted = Planted(kind, files=len(files))
         for _ in range(per_kind):
             victim = rng.choice(files)
