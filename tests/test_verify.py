@@ -173,6 +173,43 @@ def test_one_flipped_bit_is_found_and_the_file_named(
     assert verify(built.settings, built.version_key).ok, "restoring the file restores the version"
 
 
+def _flip_that_still_decodes(data: bytes) -> int:
+    """The first byte of the Parquet footer whose lowest bit, flipped, leaves a file that still
+    decodes with every page CRC checked, to the same rows: what a CRC check cannot see."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    def decoded(raw: bytes) -> object:
+        return pq.ParquetFile(io.BytesIO(raw), page_checksum_verification=True).read()
+
+    rows = decoded(data)
+    footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    for position in range(footer, len(data) - 8):
+        damaged = bytearray(data)
+        damaged[position] ^= 0x01
+        try:
+            if decoded(bytes(damaged)) == rows:
+                return position
+        except Exception:  # this flip is caught by decoding: try the next byte
+            continue
+    raise AssertionError("every flip of the footer broke decoding: nothing to test here")
+
+
+def test_a_flip_that_parquet_decodes_unchanged_is_still_found(built: Built) -> None:
+    path = _data_file(built)
+    original = path.read_bytes()
+    damaged = bytearray(original)
+    damaged[_flip_that_still_decodes(original)] ^= 0x01
+    path.write_bytes(bytes(damaged))
+    try:
+        result = verify(built.settings, built.version_key)
+    finally:
+        path.write_bytes(original)
+    assert [bad.location for bad in result.bad] == [f"file://{path}"], result.bad
+    assert "pinned at commit" in result.bad[0].problem
+
+
 def test_fm_verify_exits_non_zero_naming_the_bad_shard(built: Built) -> None:
     from fm_assets.commands.cli import main
 

@@ -34,6 +34,7 @@ from fm_loader.retry import with_retries
 
 # Snapshot property naming the commit that wrote it, so a retried commit is never applied twice.
 COMMIT_ID = "fm.commit-id"
+_CHECKSUM_CHUNK = 8 << 20  # bytes read at a time when hashing a data file
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,8 @@ def commit_files(
         snapshot = _snapshot_of_commit(table.refresh(), commit_id)
         if snapshot is None:
             raise RuntimeError(f"table {name} does not show commit {commit_id} after committing")
-        record_file_checksums(settings, _metadata_checksums(table, commit_id))
+        pins = {**_metadata_checksums(table, commit_id), **_data_checksums(table, data_files)}
+        record_file_checksums(settings, pins)
         return snapshot
 
     return with_retries(commit, what=f"committing {len(data_files)} data files to {name}")
@@ -213,6 +215,24 @@ def _metadata_checksums(table: Table, commit_id: str) -> dict[str, tuple[str, in
                 pinned[path] = (hashlib.sha256(data).hexdigest(), len(data))
         parent = current.parent_snapshot_id
         current = table.snapshot_by_id(parent) if parent is not None else None
+    return pinned
+
+
+def _data_checksums(table: Table, data_files: Sequence[DataFile]) -> dict[str, tuple[str, int]]:
+    """sha256 and size of the data files a commit added, read back in chunks.
+
+    Parquet's page CRCs cover page data only: a flipped bit in a page header or the footer
+    (statistics, the Arrow schema) can still decode, sometimes to other values. A checksum
+    pinned at commit lets `fm verify` find any changed byte.
+    """
+    pinned: dict[str, tuple[str, int]] = {}
+    for data_file in data_files:
+        digest, size = hashlib.sha256(), 0
+        with table.io.new_input(data_file.file_path).open() as f:
+            while chunk := f.read(_CHECKSUM_CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+        pinned[data_file.file_path] = (digest.hexdigest(), size)
     return pinned
 
 
