@@ -29,14 +29,12 @@ from fm_assets.settings import Settings
 from fm_assets.shards.build import read_shard_set_row
 from fm_assets.storage import catalog
 from fm_assets.storage.bookkeeping import file_checksums
-from fm_assets.storage.data_files import plan_files
+from fm_assets.storage.data_files import file_sha256, plan_files
 from fm_assets.storage.landing import batch_id_for, manifest_checksum, read_manifest
 from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions.dataset_version import parse_version_key, require_version
 from fm_loader.manifest import INDEX_NAME, MANIFEST_NAME, ShardSetManifest
 from fm_loader.remote import filesystem_for
-
-_CHUNK = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -83,15 +81,6 @@ def verify(settings: Settings, key: str) -> Verification:
     return result
 
 
-def _sha256(fs: pafs.FileSystem, path: str) -> tuple[str, int]:
-    digest, size = hashlib.sha256(), 0
-    with fs.open_input_stream(path, compression=None) as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
-
-
 def _landed_files(settings: Settings, batches: list[str], result: Verification) -> None:
     store = open_object_store(settings)
     for batch_id in batches:
@@ -118,7 +107,7 @@ def _landed_files(settings: Settings, batches: list[str], result: Verification) 
             uri = store.uri(landed.key)
             result.checked["landed files"] += 1
             try:
-                sha, size = _sha256(store.fs, store.path(landed.key))
+                sha, size = file_sha256(store.fs, store.path(landed.key))
             except FileNotFoundError:
                 result.flag(uri, "missing")
                 continue
@@ -166,7 +155,7 @@ def _table_files(
             )
             continue
         if data_file.file_path in pinned:
-            sha, size = _sha256(fs, path)
+            sha, size = file_sha256(fs, path)
             if (sha, size) != pinned[data_file.file_path]:
                 pin = pinned[data_file.file_path][0]
                 result.flag(
@@ -213,7 +202,7 @@ def _manifests_intact(
         result.checked["Iceberg manifests"] += 1
         fs, inner = filesystem_for(path, settings.s3_endpoint)
         try:
-            sha, size = _sha256(fs, inner)
+            sha, size = file_sha256(fs, inner)
         except FileNotFoundError:
             result.flag(path, f"missing (referenced by {where})")
             intact = False
@@ -261,7 +250,7 @@ def _shard_set(settings: Settings, key: str, result: Verification) -> None:
     for shard in manifest.shards:
         result.checked["MDS shards"] += 1
         try:
-            sha, size = _sha256(fs, f"{root}/{shard.name}")
+            sha, size = file_sha256(fs, f"{root}/{shard.name}")
         except FileNotFoundError:
             result.flag(f"{uri}/{shard.name}", "missing")
             continue

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import ArrowScan, write_file
@@ -30,6 +31,7 @@ from pyiceberg.table.metadata import TableMetadata
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.bookkeeping import record_file_checksums
+from fm_loader.remote import filesystem_for
 from fm_loader.retry import with_retries
 
 # Snapshot property naming the commit that wrote it, so a retried commit is never applied twice.
@@ -188,7 +190,7 @@ def commit_files(
         snapshot = _snapshot_of_commit(table.refresh(), commit_id)
         if snapshot is None:
             raise RuntimeError(f"table {name} does not show commit {commit_id} after committing")
-        pins = {**_metadata_checksums(table, commit_id), **_data_checksums(table, data_files)}
+        pins = {**_metadata_checksums(table, commit_id), **_data_checksums(settings, data_files)}
         record_file_checksums(settings, pins)
         return snapshot
 
@@ -218,7 +220,9 @@ def _metadata_checksums(table: Table, commit_id: str) -> dict[str, tuple[str, in
     return pinned
 
 
-def _data_checksums(table: Table, data_files: Sequence[DataFile]) -> dict[str, tuple[str, int]]:
+def _data_checksums(
+    settings: Settings, data_files: Sequence[DataFile]
+) -> dict[str, tuple[str, int]]:
     """sha256 and size of the data files a commit added, read back in chunks.
 
     Parquet's page CRCs cover page data only: a flipped bit in a page header or the footer
@@ -227,13 +231,19 @@ def _data_checksums(table: Table, data_files: Sequence[DataFile]) -> dict[str, t
     """
     pinned: dict[str, tuple[str, int]] = {}
     for data_file in data_files:
-        digest, size = hashlib.sha256(), 0
-        with table.io.new_input(data_file.file_path).open() as f:
-            while chunk := f.read(_CHECKSUM_CHUNK):
-                digest.update(chunk)
-                size += len(chunk)
-        pinned[data_file.file_path] = (digest.hexdigest(), size)
+        fs, path = filesystem_for(data_file.file_path, settings.s3_endpoint)
+        pinned[data_file.file_path] = file_sha256(fs, path)
     return pinned
+
+
+def file_sha256(fs: pafs.FileSystem, path: str) -> tuple[str, int]:
+    """sha256 and size of one file, read in chunks (bounded memory)."""
+    digest, size = hashlib.sha256(), 0
+    with fs.open_input_stream(path, compression=None) as f:
+        while chunk := f.read(_CHECKSUM_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
 
 
 def _snapshot_of_commit(table: Table, commit_id: str) -> int | None:
