@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from fm_loader.manifest import ShardSetManifest, mds_columns
 from fm_loader.mapped import OFFSET_PAIR, MappedShards
+from fm_loader.mds_format import defer_streaming_packages
 
 if TYPE_CHECKING:
     from fm_loader.fetch import RemoteShards
@@ -67,7 +68,8 @@ class ShardSet(MappedShards):
 
     def _mds_decoders(self) -> _MdsDecoders:
         if self._mds is None:
-            from streaming.base.format import reader_from_json  # 10-16 s import, once a process
+            defer_streaming_packages()  # the format modules alone: not streaming's datasets
+            from streaming.base.format import reader_from_json
             from streaming.base.format.mds.encodings import _get_coder
 
             columns = mds_columns(self.manifest.seq_len, self.manifest.token_dtype)

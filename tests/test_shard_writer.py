@@ -241,3 +241,41 @@ def test_manifest_rejects_unknown_versions_and_fields(tmp_path: Path) -> None:
         read_manifest(tmp_path)
     with pytest.raises(dataclasses.FrozenInstanceError):
         manifest.seq_len = 1  # type: ignore[misc]
+
+
+_LIGHT_WRITE = """
+import sys
+from pathlib import Path
+from tests.test_shard_writer import write_docs
+from tests.shard_sets import synthetic_docs
+
+out = Path(sys.argv[1])
+_, manifest = write_docs(synthetic_docs(5, seed=3), str(out))
+heavy = sorted(m for m in ("transformers", "torchvision") if m in sys.modules)
+print("heavy:", ",".join(heavy) or "-")
+from streaming import StreamingDataset  # the whole library is still there when asked for
+
+rows = list(StreamingDataset(local=str(out), batch_size=1, shuffle=False))
+print("read:", len(rows), "of", manifest.num_samples)
+"""
+
+
+def test_writing_shards_loads_the_mds_format_not_streamings_datasets(tmp_path: Path) -> None:
+    """`fm shards build` pays for MDS's format modules only (transformers and torchvision cost
+    it 5-7 s); a later `from streaming import ...` in the same process still gets the library."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", _LIGHT_WRITE, str(tmp_path / "set")],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+    assert lines["heavy"] == "-"
+    read, _, written = lines["read"].partition(" of ")
+    assert read == written and int(read) > 0

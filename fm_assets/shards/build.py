@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import importlib
 import re
 import tempfile
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -48,6 +46,7 @@ from fm_assets.versions.dataset_version import (
 )
 from fm_assets.versions.revocation import replacement_of
 from fm_loader.manifest import MANIFEST_NAME, ShardSetManifest
+from fm_loader.mds_format import preload_mds_writer
 from fm_loader.provenance import NAMESPACES_NAME, namespaces_json
 
 _CONFIG = re.compile(r"^(?P<tok>[0-9a-f]{12})-s(?P<seq>[1-9][0-9]*)$")
@@ -195,9 +194,9 @@ def build_shard_set(
             docs_tokens = int(existing["num_tokens"])
             return ShardSetBuild(manifest, store.uri(prefix), docs_tokens, created=False)
 
-    # mosaicml-streaming takes ~5 s to import (torch, torchvision): load it while the version's
-    # tokens are read and packed, so the writer finds it ready.
-    threading.Thread(target=importlib.import_module, args=("streaming",), daemon=True).start()
+    # MDS's writer modules take ~2 s to import (torch): load them while the version's tokens
+    # are read and packed, so the writer finds them ready.
+    preload_mds_writer()
     docs = version_tokens(settings, version, tokenizer, progress)
     docs = docs.take(pc.sort_indices(docs, sort_keys=[("doc_id", "ascending")]))
     lengths = pc.list_value_length(docs.column("tokens")).to_numpy(zero_copy_only=False)

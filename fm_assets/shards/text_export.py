@@ -37,6 +37,7 @@ from fm_assets.versions.dataset_version import (
     version_documents,
 )
 from fm_loader.manifest import INDEX_NAME, ShardInfo
+from fm_loader.mds_format import defer_streaming_packages
 from fm_loader.provenance import NAMESPACES_NAME, namespaces_json
 from fm_loader.text_set import (
     TEXT_COLUMNS,
@@ -83,7 +84,8 @@ def write_text_set(
     size_limit_bytes: int = 64 << 20,
 ) -> TextSetManifest:
     """Write (doc_id, text) pairs as MDS shards into the empty `out_dir`, then the manifest."""
-    from streaming import MDSWriter  # 10-16 s import: only when a text set is written
+    defer_streaming_packages()  # the format modules alone: not streaming's datasets
+    from streaming.base.format.mds.writer import MDSWriter
 
     writer = MDSWriter(
         columns=TEXT_COLUMNS,

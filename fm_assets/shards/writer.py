@@ -36,6 +36,7 @@ from fm_loader.manifest import (
     mds_columns,
     schema_fingerprint,
 )
+from fm_loader.mds_format import defer_streaming_packages
 
 _DOC_ID = re.compile(r"[0-9a-f]{64}")
 _INT32_MAX = np.iinfo(np.int32).max
@@ -78,6 +79,7 @@ class _SampleEncoder:
     """Turns (sequence, tokens) into one MDS sample dict, validating against the contract."""
 
     def __init__(self, seq_len: int, vocab_size: int, pad_token_id: int, token_dtype: str) -> None:
+        defer_streaming_packages()
         from streaming.base.format.mds.encodings import NDArray
 
         self.seq_len = seq_len
@@ -185,7 +187,8 @@ def write_shard_set(
     the local copy is kept. On error no index.json or manifest is written, so a partial directory
     is never mistaken for a shard set.
     """
-    from streaming import MDSWriter  # 10-16 s import: only when a shard set is written
+    defer_streaming_packages()  # the format modules alone: not streaming's datasets
+    from streaming.base.format.mds.writer import MDSWriter
 
     token_dtype = token_dtype_for(vocab_size)
     if not 0 <= pad_token_id < vocab_size:
@@ -248,6 +251,7 @@ def write_shard_set(
     )
     _write_atomic(local / MANIFEST_NAME, manifest.to_json())
     if isinstance(out, tuple):
+        defer_streaming_packages()
         from streaming.base.storage.upload import CloudUploader
 
         # After MDSWriter uploaded the shards and index.json, so the remote copy gets its
