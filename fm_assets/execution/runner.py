@@ -242,7 +242,7 @@ def _run_stage(
         slices=len(outcomes),
         bytes_in=sum(o.bytes_in for o in outcomes),
     )
-    progress(f"{stage_name}: {kept} kept, {bad} quarantined in {report.seconds:.1f}s")
+    progress(f"{stage_name}: {kept} kept, {bad} quarantined in {report.seconds:.2f}s")
     return report
 
 

@@ -35,6 +35,7 @@ from fm_assets.storage.landing import NAMESPACE_NAME, read_manifest
 from fm_assets.storage.objectstore import iceberg_s3_properties, open_object_store
 from fm_assets.storage.parquet_checksums import write_page_checksums
 from fm_assets.storage.tables import table_spec
+from fm_assets.storage.transactions import transaction
 from fm_loader.retry import with_retries
 
 write_page_checksums()  # before any table is written in this process
@@ -365,7 +366,7 @@ def replace_rows(
     with warnings.catch_warnings():
         # A first run of a batch has nothing to delete; pyiceberg warns about that, harmlessly.
         warnings.filterwarnings("ignore", message="Delete operation did not match any records")
-        with table.transaction() as tx:
+        with transaction(table) as tx:
             tx.overwrite(
                 data, overwrite_filter=where, snapshot_properties=snapshot_properties or {}
             )
@@ -381,7 +382,8 @@ def append_rows(
 ) -> None:
     """Append rows to a log-like table (stage runs, check results, registries)."""
     table = load_table(settings, name, namespace=namespace)
-    table.append(conform(data, table_schema(name)))
+    with transaction(table) as tx:
+        tx.append(conform(data, table_schema(name)))
 
 
 def current_snapshot_id(

@@ -31,6 +31,7 @@ from pyiceberg.table.metadata import TableMetadata
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.bookkeeping import record_file_checksums
+from fm_assets.storage.transactions import transaction
 from fm_loader.remote import filesystem_for
 from fm_loader.retry import with_retries
 
@@ -182,7 +183,7 @@ def commit_files(
         with warnings.catch_warnings():
             # A first run of a batch has nothing to delete; pyiceberg warns about that, harmlessly.
             warnings.filterwarnings("ignore", message="Delete operation did not match any records")
-            with table.transaction() as tx:
+            with transaction(table) as tx:
                 tx.delete(replace, snapshot_properties=properties)
                 with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
                     for data_file in data_files:
