@@ -391,3 +391,24 @@ def test_bad_calls_fail_with_a_reason(articles: list[str]) -> None:
     bad_band = rows.set_column(1, "band", pa.array([99] * rows.num_rows, pa.int32()))
     with pytest.raises(ValueError, match="bands outside"):
         NearDupIndex.from_rows(bad_band)
+
+
+def test_bands_and_buckets_go_one_group_per_cpu_on_a_small_batch_and_apart_on_a_big_one() -> None:
+    from fm_assets.execution.near_dedup_tasks import task_groups
+
+    # A small batch: one task per CPU, every part once, in order.
+    assert task_groups(14, 2, 20, 2_000_000) == [list(range(7)), list(range(7, 14))]
+    assert task_groups(16, 3, 20, 50_000) == [
+        [0, 1, 2, 3, 4, 5],
+        [6, 7, 8, 9, 10],
+        [11, 12, 13, 14, 15],
+    ]
+    # More CPUs than parts: one part a task.
+    assert task_groups(14, 64, 20, 2_000_000) == [[b] for b in range(14)]
+    # A big batch: groups shrink so no task takes much more than its share of rows.
+    for rows in (150_000, 1_000_000, 5_000_000):
+        groups = task_groups(14, 2, rows, 2_000_000)
+        assert sorted(b for g in groups for b in g) == list(range(14))
+        assert max(len(g) for g in groups) * rows <= 2 * 2_000_000 or len(groups) == 14
+    assert task_groups(14, 2, 10_000_000, 2_000_000) == [[b] for b in range(14)]
+    assert task_groups(0, 2, 20, 1) == []

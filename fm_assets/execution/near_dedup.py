@@ -4,6 +4,7 @@ shingle bucket) at a time.
 
     sketch    per slice: shingles and band hashes; band rows by band, shingles by bucket
     candidates per band: pairs sharing the band's hash, with other batches' rows of that band
+              (bands, and the buckets written below, go several to a task on a small batch)
     confirm   per slice: exact shingle Jaccard of its pairs, fetching only partners' buckets
     resolve   one task: the batch in order (a duplicate needs a *kept* partner), over the
               confirmed pairs only
@@ -28,6 +29,7 @@ from fm_assets.execution.near_dedup_tasks import (
     confirm_pairs,
     resolve,
     sketch_slice,
+    task_groups,
     write_band,
     write_shingles,
 )
@@ -45,6 +47,10 @@ from fm_assets.storage.data_files import (
 )
 
 MAX_ROUTES = 64
+# Rows one grouped task takes at most: band rows are ~100 bytes (hash, position, id), shingle
+# rows a document's shingle set (~4 KB for a 3 KB page), so either is a few hundred MB.
+BAND_ROWS_PER_TASK = 2_000_000
+SHINGLE_ROWS_PER_TASK = 50_000
 
 
 def run_near_dedup(
@@ -76,18 +82,20 @@ def run_near_dedup(
     shingles = table_handle(settings, "neardup_shingles", namespace)
     others = catalog.where_not_equal("batch_id", batch_id)
     routes = min(len(slices), MAX_ROUTES) or 1
+    band_groups = task_groups(bands, cpus, rows_in, BAND_ROWS_PER_TASK)
+    bucket_groups = task_groups(SHINGLE_BUCKETS, cpus, rows_in, SHINGLE_ROWS_PER_TASK)
     candidates = remote(band_candidates, num_returns=1 + routes)
     by_band = _files_by_band(index, _index_files(settings, namespace, others), bands)
     paired: list[list[Any]] = [  # type: ignore[misc]
         candidates.remote(
-            b,
+            group,
             index,
-            by_band[b],
+            [by_band[b] for b in group],
             batch_id,
             routes,
-            *[refs[1 + b] for refs in sketched],
+            *[refs[1 + b] for b in group for refs in sketched],
         )
-        for b in range(bands)
+        for group in band_groups
     ]
     # Files of other batches' shingle sets (and the index's band-0 rows, which held them before
     # `neardup_shingles` existed): put once, shared by every confirming task.
@@ -116,30 +124,30 @@ def run_near_dedup(
 
     band_writer, bucket_writer = remote(write_band), remote(write_shingles)
     index_files = run_tasks(
-        lambda b: band_writer.remote(
+        lambda g: band_writer.remote(
             index,
-            b,
+            band_groups[g],
             batch_id,
             config,
             duplicates,
             preexisting,
             outputs.write_id,
-            *[refs[1 + b] for refs in sketched],
+            *[refs[1 + b] for b in band_groups[g] for refs in sketched],
         ),
-        bands,
+        len(band_groups),
         label="index",
     )
     shingle_files = run_tasks(
-        lambda k: bucket_writer.remote(
+        lambda g: bucket_writer.remote(
             shingles,
-            k,
+            bucket_groups[g],
             batch_id,
             duplicates,
             preexisting,
             outputs.write_id,
-            *[refs[1 + bands + k] for refs in sketched],
+            *[refs[1 + bands + k] for k in bucket_groups[g] for refs in sketched],
         ),
-        SHINGLE_BUCKETS,
+        len(bucket_groups),
         label="shingles",
     )
     writer = remote(_write_slice)

@@ -58,6 +58,25 @@ DUPLICATES = pa.schema(
 )
 
 
+def task_groups(parts: int, cpus: int, rows: int, rows_per_task: int) -> list[list[int]]:
+    """Parts (bands, buckets) 0..parts-1 in contiguous groups, one Ray task each: one group
+    per CPU while the batch is small (a task per part costs scheduling and an object fetch per
+    slice, which dominate a small batch), more as `parts * rows` outgrows `rows_per_task`
+    rows a task, up to one part a task."""
+    if parts <= 0:
+        return []
+    wanted = max(cpus, -(-parts * rows // max(1, rows_per_task)))
+    groups = max(1, min(parts, wanted))
+    size, extra = divmod(parts, groups)
+    out: list[list[int]] = []
+    start = 0
+    for g in range(groups):
+        end = start + size + (1 if g < extra else 0)
+        out.append(list(range(start, end)))
+        start = end
+    return out
+
+
 def shingle_bucket(doc_id: str) -> int:
     return int(doc_id[8:16], 16) % SHINGLE_BUCKETS
 
@@ -93,6 +112,37 @@ def sketch_slice(
 
 
 def band_candidates(
+    bands: Sequence[int],
+    others: TableHandle,
+    other_files: Sequence[list[FileScanTask]],
+    batch_id: str,
+    routes: int,
+    *tables: pa.Table,
+) -> tuple[Any, ...]:
+    """Candidate pairs of a group of bands (`tables`: each band's slice tables in turn, band by
+    band; `other_files`: each band's files of other batches): (preexisting positions, then pairs
+    routed by the slice of `pos`), the bands' answers merged."""
+    per_band = len(tables) // len(bands) if bands else 0
+    found = [
+        _one_band_candidates(
+            band,
+            others,
+            other_files[i],
+            batch_id,
+            routes,
+            *tables[i * per_band : (i + 1) * per_band],
+        )
+        for i, band in enumerate(bands)
+    ]
+    preexisting = pa.concat_arrays([f[0] for f in found]) if found else pa.array([], pa.int64())
+    routed = [
+        pa.concat_tables([f[1 + r] for f in found]) if found else PAIRS.empty_table()
+        for r in range(routes)
+    ]
+    return (preexisting, *routed)
+
+
+def _one_band_candidates(
     band: int,
     others: TableHandle,
     other_files: list[FileScanTask],
@@ -334,6 +384,35 @@ def _kept_mask(
 
 def write_band(
     index: TableHandle,
+    bands: Sequence[int],
+    batch_id: str,
+    config: MinHashConfig,
+    duplicates: pa.Table,
+    preexisting: list[pa.Array],
+    write_id: Any,
+    *band_tables: pa.Table,
+) -> list[Any]:
+    """This batch's `neardup_index` rows of a group of bands (`band_tables`: each band's slice
+    tables in turn), one band's files after another's."""
+    per_band = len(band_tables) // len(bands) if bands else 0
+    return [
+        data_file
+        for i, band in enumerate(bands)
+        for data_file in _write_one_band(
+            index,
+            band,
+            batch_id,
+            config,
+            duplicates,
+            preexisting,
+            write_id,
+            *band_tables[i * per_band : (i + 1) * per_band],
+        )
+    ]
+
+
+def _write_one_band(
+    index: TableHandle,
     band: int,
     batch_id: str,
     config: MinHashConfig,
@@ -360,6 +439,33 @@ def write_band(
 
 
 def write_shingles(
+    stored: TableHandle,
+    buckets: Sequence[int],
+    batch_id: str,
+    duplicates: pa.Table,
+    preexisting: list[pa.Array],
+    write_id: Any,
+    *bucket_tables: pa.Table,
+) -> list[Any]:
+    """This batch's `neardup_shingles` rows of a group of buckets (`bucket_tables`: each
+    bucket's slice tables in turn), one bucket's files after another's."""
+    per_bucket = len(bucket_tables) // len(buckets) if buckets else 0
+    return [
+        data_file
+        for i, bucket in enumerate(buckets)
+        for data_file in _write_one_bucket(
+            stored,
+            bucket,
+            batch_id,
+            duplicates,
+            preexisting,
+            write_id,
+            *bucket_tables[i * per_bucket : (i + 1) * per_bucket],
+        )
+    ]
+
+
+def _write_one_bucket(
     stored: TableHandle,
     bucket: int,
     batch_id: str,
