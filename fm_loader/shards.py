@@ -5,7 +5,7 @@ A set served from S3 is read the same way from its local cache entry (`fm_loader
 Shards are uncompressed MDS files, so we memory-map each one and read a sample's columns in
 place (input_ids as a view, doc_ids as UTF-8, doc_spans in MDS's 1-D ndarray layout), never
 copying a shard; anything else goes through mosaicml-streaming's own decoders
-(`MDSReader.decode_sample`), imported (10-16 s) only when first needed.
+(`MDSReader.decode_sample`), imported (~2 s: torch) only when first needed.
 """
 
 from __future__ import annotations
@@ -55,13 +55,13 @@ class ShardSet(MappedShards):
             ),
             remote=remote,
         )
-        # mosaicml-streaming's own decoders (a 10-16 s import) load only for what our in-place
+        # mosaicml-streaming's own decoders (a ~2 s import) load only for what our in-place
         # reading does not cover: `raw_sample`, and doc_spans of another shape.
         self._mds: _MdsDecoders | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        # MDS's decoders are left behind: a spawned worker then never imports
-        # mosaicml-streaming (10-16 s) unless it meets a sample our own decoding does not cover.
+        # MDS's decoders are left behind: a spawned worker then never imports mosaicml-streaming's
+        # format modules (~2 s) unless it meets a sample our own decoding does not cover.
         state = super().__getstate__()
         state["_mds"] = None
         return state
