@@ -206,11 +206,17 @@ class _ArchiveReader:
 
     def _stop_item(self, rule: str, reason: str) -> FileItem:
         """The last item of a file whose reading stops; a cut-off file explains most stops."""
+        ended = self._data_ended()
+        # Nothing reads on after a stop. Read the rest now, so that whether the compressed data
+        # is damaged is known whatever a parser had read ahead (fastwarc reads 64 KB at a time,
+        # warcio 16 KB): the rule must not depend on it.
+        while self._content.read(_DRAIN_CHUNK):
+            pass
         damage = self._content.damage
         if damage is not None:
             rule = Rule.TRUNCATED_ARCHIVE if damage.truncated else Rule.CORRUPT_GZIP
             reason = f"{reason}: {damage.detail}"
-        elif rule != Rule.TRUNCATED_ARCHIVE and self._data_ended():
+        elif rule != Rule.TRUNCATED_ARCHIVE and ended:
             rule = Rule.TRUNCATED_ARCHIVE
             reason = f"{reason}; the file ends within this record, so it was probably cut short"
         return self._numbering.unreadable(rule, reason)
