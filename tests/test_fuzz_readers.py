@@ -31,13 +31,18 @@ from tests.fuzzing import (
     stages_accounted,
 )
 
+# A reader that spins must fail the run with every thread's stack, not hold CI to its limit: the
+# thread method dumps the stacks even when the main thread is stuck in native code (fastwarc).
+pytestmark = pytest.mark.timeout(600, method="thread")
+
 FUZZ = settings(
     max_examples=150,
     deadline=None,  # a shared, loaded machine: time is not what is tested
     database=None,
     # The same examples every run: one CI run spun for over 15 minutes inside
-    # test_both_warc_parsers_account_for_a_mutated_archive_alike on an input a random run drew
-    # (not yet isolated); random exploration stays with the reliability benchmark's fuzzing.
+    # test_both_warc_parsers_account_for_a_mutated_archive_alike on an input a random run drew;
+    # over 700,000 inputs since (Hypothesis, grammar, atheris) never reproduced it. Random
+    # exploration stays with the reliability benchmark's fuzzing.
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
