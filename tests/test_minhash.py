@@ -394,7 +394,7 @@ def test_bad_calls_fail_with_a_reason(articles: list[str]) -> None:
 
 
 def test_bands_and_buckets_go_one_group_per_cpu_on_a_small_batch_and_apart_on_a_big_one() -> None:
-    from fm_assets.execution.near_dedup_tasks import task_groups
+    from fm_assets.execution.planning import task_groups
 
     # A small batch: one task per CPU, every part once, in order.
     assert task_groups(14, 2, 20, 2_000_000) == [list(range(7)), list(range(7, 14))]

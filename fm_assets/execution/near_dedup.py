@@ -29,11 +29,9 @@ from fm_assets.execution.near_dedup_tasks import (
     confirm_pairs,
     resolve,
     sketch_slice,
-    task_groups,
-    write_band,
-    write_shingles,
 )
-from fm_assets.execution.planning import table_slices
+from fm_assets.execution.near_dedup_writes import write_band, write_shingles
+from fm_assets.execution.planning import table_slices, task_groups
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, write_result
 from fm_assets.settings import Settings
 from fm_assets.stages.neardup import NearDupStage

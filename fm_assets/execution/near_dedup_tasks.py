@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.table import FileScanTask
 
 from fm_assets.curation.minhash.signatures import MinHashConfig, jaccard, sketch
+from fm_assets.execution.planning import tables_by_part
 from fm_assets.storage import catalog
-from fm_assets.storage.data_files import TableHandle, partition_value, read_files, write_files
+from fm_assets.storage.data_files import TableHandle, partition_value, read_files
 
 SHINGLE_BUCKETS = 16
 # A band hash shared by a huge cluster of a batch's documents would make quadratic pairs; each
@@ -56,25 +56,6 @@ DUPLICATES = pa.schema(
         pa.field("jaccard", pa.float64(), nullable=False),
     ]
 )
-
-
-def task_groups(parts: int, cpus: int, rows: int, rows_per_task: int) -> list[list[int]]:
-    """Parts (bands, buckets) 0..parts-1 in contiguous groups, one Ray task each: one group
-    per CPU while the batch is small (a task per part costs scheduling and an object fetch per
-    slice, which dominate a small batch), more as `parts * rows` outgrows `rows_per_task`
-    rows a task, up to one part a task."""
-    if parts <= 0:
-        return []
-    wanted = max(cpus, -(-parts * rows // max(1, rows_per_task)))
-    groups = max(1, min(parts, wanted))
-    size, extra = divmod(parts, groups)
-    out: list[list[int]] = []
-    start = 0
-    for g in range(groups):
-        end = start + size + (1 if g < extra else 0)
-        out.append(list(range(start, end)))
-        start = end
-    return out
 
 
 def shingle_bucket(doc_id: str) -> int:
@@ -122,17 +103,11 @@ def band_candidates(
     """Candidate pairs of a group of bands (`tables`: each band's slice tables in turn, band by
     band; `other_files`: each band's files of other batches): (preexisting positions, then pairs
     routed by the slice of `pos`), the bands' answers merged."""
-    per_band = len(tables) // len(bands) if bands else 0
     found = [
-        _one_band_candidates(
-            band,
-            others,
-            other_files[i],
-            batch_id,
-            routes,
-            *tables[i * per_band : (i + 1) * per_band],
+        _one_band_candidates(band, others, files, batch_id, routes, *band_tables)
+        for (band, band_tables), files in zip(
+            tables_by_part(bands, tables), other_files, strict=True
         )
-        for i, band in enumerate(bands)
     ]
     preexisting = pa.concat_arrays([f[0] for f in found]) if found else pa.array([], pa.int64())
     routed = [
@@ -372,118 +347,3 @@ def resolve(preexisting: Sequence[pa.Array], *confirmed: pa.Table) -> tuple[pa.T
         }
     table = pa.Table.from_pylist(list(duplicates.values()), schema=DUPLICATES)
     return table, table.num_rows
-
-
-def _kept_mask(
-    pos: pa.ChunkedArray, duplicates: pa.Table, preexisting: Sequence[pa.Array]
-) -> pa.Array:
-    """Which of `pos` become index entries: neither duplicates nor already indexed elsewhere."""
-    dropped = pa.concat_arrays([duplicates.column("pos").combine_chunks(), *preexisting])
-    return pc.invert(pc.is_in(pos, value_set=dropped))
-
-
-def write_band(
-    index: TableHandle,
-    bands: Sequence[int],
-    batch_id: str,
-    config: MinHashConfig,
-    duplicates: pa.Table,
-    preexisting: list[pa.Array],
-    write_id: Any,
-    *band_tables: pa.Table,
-) -> list[Any]:
-    """This batch's `neardup_index` rows of a group of bands (`band_tables`: each band's slice
-    tables in turn), one band's files after another's."""
-    per_band = len(band_tables) // len(bands) if bands else 0
-    return [
-        data_file
-        for i, band in enumerate(bands)
-        for data_file in _write_one_band(
-            index,
-            band,
-            batch_id,
-            config,
-            duplicates,
-            preexisting,
-            write_id,
-            *band_tables[i * per_band : (i + 1) * per_band],
-        )
-    ]
-
-
-def _write_one_band(
-    index: TableHandle,
-    band: int,
-    batch_id: str,
-    config: MinHashConfig,
-    duplicates: pa.Table,
-    preexisting: list[pa.Array],
-    write_id: Any,
-    *band_tables: pa.Table,
-) -> list[Any]:
-    """This batch's `neardup_index` rows of one band: its kept documents' band hashes."""
-    rows = pa.concat_tables(band_tables) if band_tables else BAND_ROWS.empty_table()
-    rows = rows.filter(_kept_mask(rows.column("pos"), duplicates, preexisting))
-    n = rows.num_rows
-    table = pa.table(
-        {
-            "batch_id": pa.array([batch_id] * n, pa.string()),
-            "doc_id": rows.column("doc_id"),
-            "band": pa.array([band] * n, pa.int32()),
-            "band_hash": rows.column("band_hash"),
-            "shingle_hashes": pa.nulls(n, pa.list_(pa.int64())),
-            "index_config": pa.array([config.index_config] * n, pa.string()),
-        }
-    )
-    return write_files(index, table, write_id, 2_000_000 + band)
-
-
-def write_shingles(
-    stored: TableHandle,
-    buckets: Sequence[int],
-    batch_id: str,
-    duplicates: pa.Table,
-    preexisting: list[pa.Array],
-    write_id: Any,
-    *bucket_tables: pa.Table,
-) -> list[Any]:
-    """This batch's `neardup_shingles` rows of a group of buckets (`bucket_tables`: each
-    bucket's slice tables in turn), one bucket's files after another's."""
-    per_bucket = len(bucket_tables) // len(buckets) if buckets else 0
-    return [
-        data_file
-        for i, bucket in enumerate(buckets)
-        for data_file in _write_one_bucket(
-            stored,
-            bucket,
-            batch_id,
-            duplicates,
-            preexisting,
-            write_id,
-            *bucket_tables[i * per_bucket : (i + 1) * per_bucket],
-        )
-    ]
-
-
-def _write_one_bucket(
-    stored: TableHandle,
-    bucket: int,
-    batch_id: str,
-    duplicates: pa.Table,
-    preexisting: list[pa.Array],
-    write_id: Any,
-    *bucket_tables: pa.Table,
-) -> list[Any]:
-    """This batch's `neardup_shingles` rows of one bucket: its kept documents' shingle sets."""
-    rows = pa.concat_tables(bucket_tables) if bucket_tables else SHINGLES.empty_table()
-    rows = rows.filter(_kept_mask(rows.column("pos"), duplicates, preexisting))
-    n = rows.num_rows
-    table = pa.table(
-        {
-            "batch_id": pa.array([batch_id] * n, pa.string()),
-            "bucket": pa.array([bucket] * n, pa.int32()),
-            "doc_id": rows.column("doc_id"),
-            "shingle_hashes": rows.column("shingle_hashes"),
-        }
-    )
-    return write_files(stored, table, write_id, 3_000_000 + bucket)

@@ -1,6 +1,7 @@
 """Cutting a batch into slices for Ray tasks: landed files into parts (large files split where
-their records allow), and a table partition into groups of its data files. The driver plans from
-file sizes and metadata only; it never reads a record."""
+their records allow), a table partition into groups of its data files, and a stage's parts
+(near dedup's bands and buckets) into groups a task each. The driver plans from file sizes and
+metadata only; it never reads a record."""
 
 from __future__ import annotations
 
@@ -51,6 +52,36 @@ def table_slices(tasks: Sequence[FileScanTask], cpus: int) -> list[list[FileScan
     ordered = sorted(tasks, key=lambda t: t.file.file_path)  # plan order is not stable
     total = sum(t.file.file_size_in_bytes for t in ordered)
     return group_by_weight(ordered, lambda t: t.file.file_size_in_bytes, slice_bytes(total, cpus))
+
+
+def task_groups(parts: int, cpus: int, rows: int, rows_per_task: int) -> list[list[int]]:
+    """Parts (bands, buckets) 0..parts-1 in contiguous groups, one Ray task each: one group
+    per CPU while the batch is small (a task per part costs scheduling and an object fetch per
+    slice, which dominate a small batch), more as `parts * rows` outgrows `rows_per_task`
+    rows a task, up to one part a task."""
+    if parts <= 0:
+        return []
+    wanted = max(cpus, -(-parts * rows // max(1, rows_per_task)))
+    groups = max(1, min(parts, wanted))
+    size, extra = divmod(parts, groups)
+    out: list[list[int]] = []
+    start = 0
+    for g in range(groups):
+        end = start + size + (1 if g < extra else 0)
+        out.append(list(range(start, end)))
+        start = end
+    return out
+
+
+def tables_by_part(parts: Sequence[int], tables: Sequence[T]) -> list[tuple[int, Sequence[T]]]:
+    """Each part of a group with its own tables, when `tables` holds every part's tables in
+    turn, the same number each (a grouped task's arguments: each band's slice tables, ...)."""
+    if not parts:
+        return []
+    per_part, left = divmod(len(tables), len(parts))
+    if left:
+        raise ValueError(f"{len(tables)} tables do not divide among {len(parts)} parts")
+    return [(part, tables[i * per_part : (i + 1) * per_part]) for i, part in enumerate(parts)]
 
 
 def splittable(landed: LandedFile) -> str | None:
