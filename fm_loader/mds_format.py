@@ -30,9 +30,8 @@ class _DeferredPackage(types.ModuleType):
     """A package module whose `__init__` runs on the first lookup of a name it lacks."""
 
     def __getattr__(self, name: str) -> Any:
-        # Dunder probes (importlib, inspect, pickle) must not pay for the whole library.
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
+        # Any name, dunders included (`__version__`, `__all__`): what the real package defines
+        # must be found. The module's own attributes (`__path__`, `__spec__`) never come here.
         with _LOCK:
             if type(self) is _DeferredPackage:
                 # A plain module from here on: a name the real __init__ does not define raises
