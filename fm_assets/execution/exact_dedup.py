@@ -23,10 +23,11 @@ from pyiceberg.table import FileScanTask
 
 from fm_assets.execution.compute import Progress, remote, run_tasks
 from fm_assets.execution.planning import (
-    group_by_weight,
+    balanced_groups,
     landed_parts,
     part_bytes,
     slice_bytes,
+    slice_count,
     split_points,
     splittable,
 )
@@ -73,8 +74,8 @@ def run_raw(
     parts = landed_parts(settings, manifest, _split_files(settings, manifest, cpus, progress))
     sizes = {f.sha256: f.size for f in manifest.files}
     weights = part_bytes(parts, sizes)
-    slices = group_by_weight(
-        list(range(parts.num_rows)), lambda i: weights[i], slice_bytes(sum(weights), cpus)
+    slices = balanced_groups(
+        list(range(parts.num_rows)), lambda i: weights[i], slice_count(sum(weights), cpus)
     )
     progress(
         f"{stage.name}: {len(manifest.files)} files in {parts.num_rows} parts, {len(slices)} slices"

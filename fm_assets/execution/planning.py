@@ -31,27 +31,38 @@ def slice_bytes(total: int, cpus: int) -> int:
     return max(MIN_SLICE_BYTES, min(MAX_SLICE_BYTES, total // max(1, SLICES_PER_CPU * cpus)))
 
 
-def group_by_weight(items: Sequence[T], weight: Callable[[T], int], target: int) -> list[list[T]]:
-    """Consecutive groups of `items`, each closed once its weight reaches `target` (order kept)."""
-    groups: list[list[T]] = []
-    current: list[T] = []
-    size = 0
-    for item in items:
-        current.append(item)
-        size += weight(item)
-        if size >= target:
-            groups.append(current)
-            current, size = [], 0
-    if current:
-        groups.append(current)
-    return groups
+def slice_count(total: int, cpus: int) -> int:
+    """How many slices a batch of `total` bytes gets: several per CPU within the slice bounds
+    (`slice_bytes`), and a multiple of the CPUs once there are as many slices as CPUs, so that
+    every worker gets the same share."""
+    count = max(1, round(total / slice_bytes(total, cpus)))
+    if count >= cpus:
+        count = -(-count // cpus) * cpus
+    return count
+
+
+def balanced_groups(items: Sequence[T], weight: Callable[[T], int], count: int) -> list[list[T]]:
+    """`items` cut into at most `count` consecutive groups of near-equal weight (order kept):
+    each item joins the group its middle falls in, so a group is off its share by at most half
+    an item each side."""
+    weights = [max(0, weight(item)) for item in items]
+    total = sum(weights)
+    if total == 0 or count <= 1:
+        return [list(items)] if items else []
+    groups: list[list[T]] = [[] for _ in range(count)]
+    before = 0
+    for item, size in zip(items, weights, strict=True):
+        groups[min(count - 1, (2 * before + size) * count // (2 * total))].append(item)
+        before += size
+    return [group for group in groups if group]
 
 
 def table_slices(tasks: Sequence[FileScanTask], cpus: int) -> list[list[FileScanTask]]:
-    """A table partition's data files, grouped into slices of similar size."""
+    """A table partition's whole data files, in path order, grouped into slices of similar
+    size (`table_ranges.range_slices` also splits files)."""
     ordered = sorted(tasks, key=lambda t: t.file.file_path)  # plan order is not stable
     total = sum(t.file.file_size_in_bytes for t in ordered)
-    return group_by_weight(ordered, lambda t: t.file.file_size_in_bytes, slice_bytes(total, cpus))
+    return balanced_groups(ordered, lambda t: t.file.file_size_in_bytes, slice_count(total, cpus))
 
 
 def task_groups(parts: int, cpus: int, rows: int, rows_per_task: int) -> list[list[int]]:

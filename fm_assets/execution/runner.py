@@ -28,8 +28,8 @@ from fm_assets.execution import pipeline
 from fm_assets.execution.compute import Progress, ensure_ray, ray_cpus, remote, run_tasks
 from fm_assets.execution.exact_dedup import run_raw
 from fm_assets.execution.near_dedup import run_near_dedup
-from fm_assets.execution.planning import table_slices
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, process_files
+from fm_assets.execution.table_ranges import range_slices
 from fm_assets.registries.classifiers import NoDefaultClassifier
 from fm_assets.settings import Settings
 from fm_assets.stages.base import Stage
@@ -276,7 +276,7 @@ def _execute(
     source = table_handle(settings, plan.upstream, namespace)
     if isinstance(stage, NearDupStage):
         return run_near_dedup(settings, stage, source, files, outputs, cpus, progress)
-    slices = table_slices(files, cpus)
+    slices = range_slices(files, cpus)
     progress(f"{stage.name}: {len(files)} input files of {batch_id} in {len(slices)} slices")
     process = remote(process_files)
     outcomes = run_tasks(

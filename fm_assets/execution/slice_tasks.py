@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyiceberg.manifest import DataFile
-from pyiceberg.table import FileScanTask
 
+from fm_assets.execution.table_ranges import FileRange, read_ranges
 from fm_assets.stages.base import Stage, StageResult
-from fm_assets.storage.data_files import TableHandle, read_files, write_files
+from fm_assets.storage.data_files import TableHandle, write_files
 
 
 @dataclass(frozen=True)
@@ -83,12 +83,12 @@ def stamp_quarantine(rows: pa.Table, outputs: Outputs) -> pa.Table:
 def process_files(
     stage: Stage,
     source: TableHandle,
-    tasks: list[FileScanTask],
+    ranges: list[FileRange],
     outputs: Outputs,
     task_id: int,
 ) -> SliceOutcome:
-    """Read the slice's input files, run `stage.process`, write the outputs (on a worker)."""
-    batch = read_files(source, tasks)
+    """Read the slice's input rows, run `stage.process`, write the outputs (on a worker)."""
+    batch = read_ranges(source, ranges)
     result = stage.process(batch)
     accounted = result.kept.num_rows + result.quarantined.num_rows
     if accounted != batch.num_rows:
@@ -97,5 +97,5 @@ def process_files(
             f"{result.kept.num_rows} kept + {result.quarantined.num_rows} quarantined; "
             "this is a bug in the stage"
         )
-    bytes_in = sum(task.file.file_size_in_bytes for task in tasks)
+    bytes_in = sum(stretch.stop - stretch.start for stretch in ranges)
     return write_result(result, outputs, task_id, records_in=batch.num_rows, bytes_in=bytes_in)

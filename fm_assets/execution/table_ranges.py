@@ -1,0 +1,110 @@
+"""A table partition cut into equal slices for Ray tasks, files split where the cut falls.
+
+Whole-file slices leave cores idle whenever a partition has few data files or files of uneven
+size: three files on two CPUs keep one worker busy for two files while the other idles after
+one. Here the partition's files, in path order, are weighed by their bytes and cut into a
+multiple of the CPU count of equal weight; a cut inside a file gives each side the rows in
+proportion to its share of the file's bytes. The cut is decided from sizes alone (the driver
+never reads a record) and applied by each worker to the rows it reads, so the stretches of one
+file are disjoint and cover it whatever its deletes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyiceberg.table import FileScanTask
+
+from fm_assets.execution.planning import slice_count
+from fm_assets.storage.data_files import TableHandle, read_files
+
+# A cut this close to a file's edge (as a share of one slice) moves onto the edge: a sliver of
+# a file would cost its reader the whole file for a handful of rows.
+SNAP_SHARE = 8
+
+
+@dataclass(frozen=True)
+class FileRange:
+    """The stretch [start, stop) of one data file's bytes, as weighed for slicing; its rows are
+    the same share of the rows the file holds. A whole file is [0, weight)."""
+
+    task: FileScanTask
+    start: int
+    stop: int
+
+    @property
+    def weight(self) -> int:
+        return file_weight(self.task)
+
+    @property
+    def whole(self) -> bool:
+        return self.start == 0 and self.stop == self.weight
+
+    def rows(self, count: int) -> tuple[int, int]:
+        """The [first, end) rows of this stretch in the file read as `count` rows."""
+        return self.start * count // self.weight, self.stop * count // self.weight
+
+
+def file_weight(task: FileScanTask) -> int:
+    return max(1, task.file.file_size_in_bytes)
+
+
+def _cuts(edges: Sequence[int], count: int) -> list[int]:
+    """Where `count` equal slices of weight `edges[-1]` end, snapped to nearby file edges."""
+    total = edges[-1]
+    snap = total // count // SNAP_SHARE
+    cuts = []
+    for j in range(1, count):
+        cut = j * total // count
+        i = bisect.bisect_left(edges, cut)
+        nearest = min(edges[max(0, i - 1) : i + 1], key=lambda edge: abs(edge - cut))
+        cuts.append(nearest if abs(nearest - cut) <= snap else cut)
+    return sorted({0, *cuts, total})
+
+
+def range_slices(tasks: Sequence[FileScanTask], cpus: int) -> list[list[FileRange]]:
+    """A table partition's data files as slices of equal bytes, in path order; a slice may end
+    inside one file and the next begin there."""
+    ordered = sorted(tasks, key=lambda t: t.file.file_path)  # plan order is not stable
+    if not ordered:
+        return []
+    edges = [0]
+    for task in ordered:
+        edges.append(edges[-1] + file_weight(task))
+    cuts = _cuts(edges, slice_count(edges[-1], cpus))
+    slices: list[list[FileRange]] = []
+    for low, high in itertools.pairwise(cuts):
+        stretch = []
+        for i in range(bisect.bisect_right(edges, low) - 1, len(ordered)):
+            start, end = edges[i], edges[i + 1]
+            if start >= high:
+                break
+            stretch.append(FileRange(ordered[i], max(low, start) - start, min(high, end) - start))
+        slices.append(stretch)
+    return slices
+
+
+def read_ranges(handle: TableHandle, ranges: Sequence[FileRange]) -> pa.Table:
+    """The rows of `ranges`, in order (on a worker): whole files read together, a split file
+    read and cut to its stretch."""
+    parts: list[pa.Table] = []
+    whole: list[FileScanTask] = []
+    for stretch in ranges:
+        if stretch.whole:
+            whole.append(stretch.task)
+            continue
+        if whole:
+            parts.append(read_files(handle, whole))
+            whole = []
+        rows = read_files(handle, [stretch.task])
+        first, end = stretch.rows(rows.num_rows)
+        parts.append(rows.slice(first, end - first))
+    if whole:
+        parts.append(read_files(handle, whole))
+    if not parts:
+        raise ValueError(f"an empty slice of {handle.name}: a slice holds at least one range")
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
