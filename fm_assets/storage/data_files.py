@@ -120,12 +120,15 @@ def write_files(
     schema, spec = handle.metadata.schema(), handle.metadata.spec()
     fields = [(f, schema.find_field(f.source_id).name) for f in spec.fields]
     tasks = []
-    for part, values in enumerate(_partition_values(data, [name for _, name in fields])):
+    partitions = _partition_values(data, [name for _, name in fields])
+    for part, values in enumerate(partitions):
+        # One partition (a stage writes one batch) is all of `data`: a filter would copy it.
         rows = data
-        for (_, name), value in zip(fields, values, strict=True):
-            rows = rows.filter(
-                pc.equal(rows.column(name), pa.scalar(value, rows.schema.field(name).type))
-            )
+        if len(partitions) > 1:
+            for (_, name), value in zip(fields, values, strict=True):
+                rows = rows.filter(
+                    pc.equal(rows.column(name), pa.scalar(value, rows.schema.field(name).type))
+                )
         key = (
             PartitionKey(
                 field_values=[
