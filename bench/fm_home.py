@@ -71,12 +71,15 @@ def stage_phases(
 ) -> StagePhases:
     """Split a `run_stage` call of `stage` at its (time, message) progress events.
 
-    The runner announces its plan ("... in N slices"; the near-dup stage does not, so its
-    planning counts as Ray time) and then reports its last Ray tasks, those writing the stage's
-    files, as "<stage>: k/N done, ...".
+    The runner announces its plan ("... in N slices") and then reports its last Ray tasks, those
+    writing the stage's files (and, for the near-dup stage, its index), as "<stage>: k/N done".
     """
-    plan_at = next((t for t, message in events if message.endswith(" slices")), started)
+    plan = next(((t, m) for t, m in events if m.endswith(" slices")), None)
+    plan_at = plan[0] if plan else started
     written = [(t, m) for t, m in events if m.startswith(f"{stage}: ") and " done, " in m]
     ray_end = written[-1][0] if written else plan_at
-    slices = int(written[-1][1].split("/", 1)[1].split()[0]) if written else 0
+    if plan:  # "... in N slices" / "..., N slices"
+        slices = int(plan[1].rsplit(" ", 2)[1])
+    else:
+        slices = int(written[-1][1].split("/", 1)[1].split()[0]) if written else 0
     return StagePhases(plan_at - started, ray_end - plan_at, ended - ray_end, slices)

@@ -159,8 +159,8 @@ class Report:
             "",
             "Pairs are medians at 1 CPU / 2 CPUs. Each `run_stage` call is split at its own "
             "progress messages: **plan** = stage build, `stage_runs` lookups, planning the "
-            "input's slices (the near-dup stage announces no plan: its planning is in its Ray "
-            "phase); **Ray** = every Ray task up to the last that writes the stage's data files "
+            "input's slices; **Ray** = every Ray task up to the last that writes the stage's data "
+            "files (and the near-dup stage's index) "
             "(workers read their own input and, for the raw and near-dup stages, decide "
             "duplicates across slices and batches); **commit** = the Iceberg commits "
             "(quarantine, side tables, output partition) and the `stage_runs` row, on the "

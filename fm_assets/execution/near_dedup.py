@@ -68,6 +68,7 @@ def run_near_dedup(
     slices = table_slices(files, cpus)
     if len(slices) >= 1 << 31:
         raise ValueError("a batch of over 2**31 slices cannot be near-deduplicated at once")
+    progress(f"{stage.name}: {len(files)} input files of {batch_id} in {len(slices)} slices")
     sketch = remote(sketch_slice, num_returns=1 + bands + SHINGLE_BUCKETS)
     sketched: list[list[Any]] = [sketch.remote(source, s, i, config) for i, s in enumerate(slices)]  # type: ignore[misc]
     rows_in = sum(
@@ -120,41 +121,45 @@ def run_near_dedup(
     duplicates, found = remote(resolve, num_returns=2).remote(preexisting, *confirmed)
     progress(f"{stage.name}: {get(found)} near-duplicates among {rows_in} documents")
 
-    band_writer, bucket_writer = remote(write_band), remote(write_shingles)
-    index_files = run_tasks(
-        lambda g: band_writer.remote(
-            index,
-            band_groups[g],
-            batch_id,
-            config,
-            duplicates,
-            preexisting,
-            outputs.write_id,
-            *[refs[1 + b] for b in band_groups[g] for refs in sketched],
-        ),
-        len(band_groups),
-        label="index",
+    # The index, the shingle sets and the slices' data files are written by one stream of
+    # tasks: none waits for another, so no core idles between the three kinds.
+    band_writer, bucket_writer, writer = (
+        remote(write_band),
+        remote(write_shingles),
+        remote(_write_slice),
     )
-    shingle_files = run_tasks(
-        lambda g: bucket_writer.remote(
-            shingles,
-            bucket_groups[g],
-            batch_id,
-            duplicates,
-            preexisting,
-            outputs.write_id,
-            *[refs[1 + bands + k] for k in bucket_groups[g] for refs in sketched],
-        ),
-        len(bucket_groups),
-        label="shingles",
-    )
-    writer = remote(_write_slice)
-    outcomes = run_tasks(
-        lambda i: writer.remote(stage, source, slices[i], i, duplicates, outputs),
-        len(slices),
-        progress=progress,
-        label=stage.name,
-    )
+    first_bucket, first_slice = len(band_groups), len(band_groups) + len(bucket_groups)
+
+    def write(task: int) -> Any:
+        if task < first_bucket:
+            group = band_groups[task]
+            return band_writer.remote(
+                index,
+                group,
+                batch_id,
+                config,
+                duplicates,
+                preexisting,
+                outputs.write_id,
+                *[refs[1 + b] for b in group for refs in sketched],
+            )
+        if task < first_slice:
+            group = bucket_groups[task - first_bucket]
+            return bucket_writer.remote(
+                shingles,
+                group,
+                batch_id,
+                duplicates,
+                preexisting,
+                outputs.write_id,
+                *[refs[1 + bands + k] for k in group for refs in sketched],
+            )
+        i = task - first_slice
+        return writer.remote(stage, source, slices[i], i, duplicates, outputs)
+
+    written = run_tasks(write, first_slice + len(slices), progress=progress, label=stage.name)
+    index_files, shingle_files = written[:first_bucket], written[first_bucket:first_slice]
+    outcomes = written[first_slice:]
     extra = {
         "neardup_index": [f for files_ in index_files for f in files_],
         "neardup_shingles": [f for files_ in shingle_files for f in files_],
