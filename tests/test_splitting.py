@@ -80,6 +80,7 @@ class RawRun:
     rows: list[tuple[object, ...]]  # (doc_id, record_id, ..., warc_record_id), sorted
     quarantine: list[tuple[object, ...]]  # (record_id, doc_id, rule), sorted
     parts: int  # parts the landed file was read in
+    slices: int  # Ray tasks the parts were read by
 
 
 def _raw_run(home: Path, files: list[Path], part_bytes: int) -> RawRun:
@@ -102,6 +103,7 @@ def _raw_run(home: Path, files: list[Path], part_bytes: int) -> RawRun:
         rows=sorted(tuple(r.values()) for r in rows.to_pylist()),
         quarantine=sorted(tuple(r.values()) for r in bad.to_pylist()),
         parts=int(planned.split(" parts, ")[0].split()[-1]),
+        slices=int(planned.split(" parts, ")[1].split()[0]),
     )
 
 
@@ -123,6 +125,8 @@ def test_a_split_file_gives_exactly_the_records_of_the_whole_file(
     split = _raw_run(tmp_path / "split", [crawl], 64 << 10)
 
     assert whole.parts == 1 and split.parts >= 4
+    # Its parts spread over several tasks, so duplicates are found across slices too.
+    assert whole.slices == 1 and split.slices >= 2
     # Also where each record is: the same file offset and WARC-Record-ID from every part.
     assert split.rows == whole.rows and split.quarantine == whole.quarantine
     assert sum(1 for *_, rule in split.quarantine if rule == "exact_duplicate") >= 10
@@ -150,6 +154,8 @@ def test_a_split_jsonl_file_numbers_its_lines_like_the_whole_file(
     split = _raw_run(tmp_path / "split", [pages], 16 << 10)
 
     assert whole.parts == 1 and split.parts >= 4
+    # Its parts spread over several tasks, so duplicates are found across slices too.
+    assert whole.slices == 1 and split.slices >= 2
     assert split.rows == whole.rows and split.quarantine == whole.quarantine
     starts = [0]
     for line in data.split(b"\n")[:-1]:

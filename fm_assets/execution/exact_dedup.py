@@ -71,11 +71,14 @@ def run_raw(
 ) -> RawRun:
     """Parse every landed file of the batch and decide its exact duplicates, on Ray."""
 
-    parts = landed_parts(settings, manifest, _split_files(settings, manifest, cpus, progress))
+    part = _part_size(settings, manifest, cpus)
+    parts = landed_parts(settings, manifest, _split_files(settings, manifest, part, progress))
     sizes = {f.sha256: f.size for f in manifest.files}
     weights = part_bytes(parts, sizes)
+    # A slice holds no more than a part: parts smaller than the default (FM_PART_BYTES) ask for
+    # finer slices too.
     slices = balanced_groups(
-        list(range(parts.num_rows)), lambda i: weights[i], slice_count(sum(weights), cpus)
+        list(range(parts.num_rows)), lambda i: weights[i], slice_count(sum(weights), cpus, part)
     )
     progress(
         f"{stage.name}: {len(manifest.files)} files in {parts.num_rows} parts, {len(slices)} slices"
@@ -132,19 +135,21 @@ def run_raw(
     return RawRun(outcomes, index_files)
 
 
-def _split_files(
-    settings: Settings, manifest: BatchManifest, cpus: int, progress: Progress
-) -> dict[str, list[int]]:
-    """Part starts of the batch's large splittable files, found by one task per file.
-
-    A file is large when it exceeds twice the part size: FM_PART_BYTES, or less (down to
+def _part_size(settings: Settings, manifest: BatchManifest, cpus: int) -> int:
+    """The bytes of a part of a large landed file: FM_PART_BYTES, or less (down to
     MIN_PART_BYTES) when the batch is small, so that no file outweighs a slice (several per CPU)
-    and holds up the stage, and every later stage, which slices the data files this one writes.
-    """
+    and holds up the stage, and every later stage, which slices the data files this one writes."""
+    total = sum(f.size for f in manifest.files)
+    return min(settings.part_bytes, max(MIN_PART_BYTES, slice_bytes(total, cpus)))
+
+
+def _split_files(
+    settings: Settings, manifest: BatchManifest, part: int, progress: Progress
+) -> dict[str, list[int]]:
+    """Part starts of the batch's large splittable files (over twice `part` bytes), found by
+    one task per file."""
 
     store = open_object_store(settings)
-    total = sum(f.size for f in manifest.files)
-    part = min(settings.part_bytes, max(MIN_PART_BYTES, slice_bytes(total, cpus)))
     large = [
         (f, kind)
         for f in manifest.files

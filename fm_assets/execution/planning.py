@@ -20,7 +20,9 @@ from fm_loader.retry import with_retries
 
 T = TypeVar("T")
 SLICES_PER_CPU = 4  # several per CPU: one slow slice then holds up the stage less at the end
-MIN_SLICE_BYTES = 256 << 10
+# A Ray task costs ~10-20 ms (scheduling, a data-file write); 1 MB is ~30 ms of the lightest
+# stage's work, so smaller slices would cost more than they spread.
+MIN_SLICE_BYTES = 1 << 20
 MAX_SLICE_BYTES = 64 << 20
 _GZIP_ARCHIVES = (".warc.gz", ".wet.gz", ".arc.gz")
 _LINE_FILES = (".jsonl", ".json", ".ndjson")
@@ -31,11 +33,12 @@ def slice_bytes(total: int, cpus: int) -> int:
     return max(MIN_SLICE_BYTES, min(MAX_SLICE_BYTES, total // max(1, SLICES_PER_CPU * cpus)))
 
 
-def slice_count(total: int, cpus: int) -> int:
+def slice_count(total: int, cpus: int, largest: int | None = None) -> int:
     """How many slices a batch of `total` bytes gets: several per CPU within the slice bounds
-    (`slice_bytes`), and a multiple of the CPUs once there are as many slices as CPUs, so that
-    every worker gets the same share."""
-    count = max(1, round(total / slice_bytes(total, cpus)))
+    (`slice_bytes`, and at most `largest` bytes a slice when given), and a multiple of the CPUs
+    once there are as many slices as CPUs, so that every worker gets the same share."""
+    target = slice_bytes(total, cpus) if largest is None else min(largest, slice_bytes(total, cpus))
+    count = max(1, round(total / max(1, target)))
     if count >= cpus:
         count = -(-count // cpus) * cpus
     return count
