@@ -20,9 +20,7 @@ from fm_loader.retry import with_retries
 
 T = TypeVar("T")
 SLICES_PER_CPU = 4  # several per CPU: one slow slice then holds up the stage less at the end
-# A Ray task costs ~10-20 ms (scheduling, a data-file write); 1 MB is ~30 ms of the lightest
-# stage's work, so smaller slices would cost more than they spread.
-MIN_SLICE_BYTES = 1 << 20
+MIN_SLICE_BYTES = 256 << 10
 MAX_SLICE_BYTES = 64 << 20
 _GZIP_ARCHIVES = (".warc.gz", ".wet.gz", ".arc.gz")
 _LINE_FILES = (".jsonl", ".json", ".ndjson")

@@ -53,6 +53,16 @@ def file_weight(task: FileScanTask) -> int:
     return max(1, task.file.file_size_in_bytes)
 
 
+def _wanted(total: int, files: int, cpus: int) -> int:
+    """Slices for a partition of `files` data files and `total` bytes: `slice_count`, but files
+    are cut only as far as it takes to keep every CPU equally busy, never into more slices than
+    that. A slice costs a task and a data file per table (~10-20 ms), and bytes say little of a
+    stage's work: 256 KB is a few ms of normalizing but most of a second of quality scoring, so
+    the upstream stage's slicing (its file count) stays the guide."""
+    most = -(-max(files, cpus) // cpus) * cpus
+    return min(slice_count(total, cpus), most)
+
+
 def _cuts(edges: Sequence[int], count: int) -> list[int]:
     """Where `count` equal slices of weight `edges[-1]` end, snapped to nearby file edges."""
     total = edges[-1]
@@ -75,7 +85,7 @@ def range_slices(tasks: Sequence[FileScanTask], cpus: int) -> list[list[FileRang
     edges = [0]
     for task in ordered:
         edges.append(edges[-1] + file_weight(task))
-    cuts = _cuts(edges, slice_count(edges[-1], cpus))
+    cuts = _cuts(edges, _wanted(edges[-1], len(ordered), cpus))
     slices: list[list[FileRange]] = []
     for low, high in itertools.pairwise(cuts):
         stretch = []
