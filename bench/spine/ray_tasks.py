@@ -13,8 +13,10 @@ import time
 
 import pyarrow as pa
 
-from fm_assets.stages.base import StageResult
+from fm_assets.execution.slice_tasks import Outputs, process_files
+from fm_assets.execution.table_ranges import FileRange
 from fm_assets.stages.tokenize import TokenizeStage, load_tokenizer
+from fm_assets.storage.data_files import TableHandle
 
 
 def by_value() -> None:
@@ -49,8 +51,11 @@ def profile_chunk(stage: TokenizeStage, chunk: pa.Table) -> dict[str, float]:
     return {"encode_s": encode_s, "ids_s": ids_s, "process_s": process_s}
 
 
-def timed_process(stage: TokenizeStage, chunk: pa.Table) -> tuple[StageResult, int, float]:
-    """In a Ray worker: `stage.process` as the runner calls it, plus the worker pid and seconds."""
+def timed_slice(
+    stage: TokenizeStage, source: TableHandle, ranges: list[FileRange], outputs: Outputs, task: int
+) -> tuple[int, float]:
+    """In a Ray worker: one slice as the runner's task runs it (read its rows, `process`, write
+    its data files), with the worker pid and seconds."""
     started = time.perf_counter()
-    result = stage.process(chunk)
-    return result, os.getpid(), time.perf_counter() - started
+    process_files(stage, source, ranges, outputs, task)
+    return os.getpid(), time.perf_counter() - started
