@@ -82,6 +82,32 @@ def test_a_file_split_between_slices_keeps_its_row_order(tmp_path: Path) -> None
     assert numbers == list(range(2000))
 
 
+@pytest.mark.parametrize("file_rows", [(1,), (2,), (3, 1, 3)])
+def test_a_file_of_a_few_large_rows_is_cut_between_rows_and_no_slice_is_empty(
+    tmp_path: Path, file_rows: tuple[int, ...]
+) -> None:
+    # Rows of ~100 KB each: a cut by bytes lands mid-row, and a one-row file split in two
+    # would leave one side without a row.
+    catalog = SqlCatalog(
+        "t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse"
+    )
+    catalog.create_namespace_if_not_exists("ns")
+    table = catalog.create_table("ns.docs", schema=SCHEMA)
+    rng = random.Random(7)
+    first = 0
+    for count in file_rows:
+        texts = ["".join(rng.choices("abcdefghij", k=100_000)) for _ in range(count)]
+        numbers = pa.array(range(first, first + count), pa.int64())
+        table.append(pa.table({"n": numbers, "text": texts}))
+        first += count
+    handle = _handle(table)
+    for cpus in (2, 3, 4):
+        slices = range_slices(list(table.scan().plan_files()), cpus)
+        read = [read_ranges(handle, ranges).column("n").to_pylist() for ranges in slices]
+        assert all(read), f"an empty slice on {cpus} CPUs: rows per slice {read}"
+        assert sorted(n for rows in read for n in rows) == list(range(first))
+
+
 def test_rows_deleted_from_a_split_file_are_neither_read_nor_counted_twice(
     tmp_path: Path,
 ) -> None:

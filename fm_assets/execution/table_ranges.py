@@ -63,16 +63,33 @@ def _wanted(total: int, files: int, cpus: int) -> int:
     return min(slice_count(total, cpus), most)
 
 
-def _cuts(edges: Sequence[int], count: int) -> list[int]:
-    """Where `count` equal slices of weight `edges[-1]` end, snapped to nearby file edges."""
+def _on_a_row(cut: int, start: int, weight: int, rows: int) -> int:
+    """`cut`, inside a file of `rows` rows and `weight` bytes starting at `start`, moved onto
+    the nearest row boundary (as `FileRange.rows` counts rows), or onto the file's edge when
+    that boundary is its first or last: no stretch of a file holds no row."""
+    row = round((cut - start) * rows / weight)
+    if row <= 0:
+        return start
+    if row >= rows:
+        return start + weight
+    return start + -(-row * weight // rows)
+
+
+def _cuts(tasks: Sequence[FileScanTask], edges: Sequence[int], count: int) -> list[int]:
+    """Where `count` equal slices of weight `edges[-1]` end: near a file edge (within a share
+    of a slice) on it, inside a file on a row boundary."""
     total = edges[-1]
     snap = total // count // SNAP_SHARE
     cuts = []
     for j in range(1, count):
         cut = j * total // count
-        i = bisect.bisect_left(edges, cut)
-        nearest = min(edges[max(0, i - 1) : i + 1], key=lambda edge: abs(edge - cut))
-        cuts.append(nearest if abs(nearest - cut) <= snap else cut)
+        i = bisect.bisect_right(edges, cut) - 1  # the file the cut falls in
+        nearest = min(edges[i : i + 2], key=lambda edge: abs(edge - cut))
+        if abs(nearest - cut) <= snap:
+            cuts.append(nearest)
+        else:
+            weight = edges[i + 1] - edges[i]
+            cuts.append(_on_a_row(cut, edges[i], weight, tasks[i].file.record_count))
     return sorted({0, *cuts, total})
 
 
@@ -85,7 +102,7 @@ def range_slices(tasks: Sequence[FileScanTask], cpus: int) -> list[list[FileRang
     edges = [0]
     for task in ordered:
         edges.append(edges[-1] + file_weight(task))
-    cuts = _cuts(edges, _wanted(edges[-1], len(ordered), cpus))
+    cuts = _cuts(ordered, edges, _wanted(edges[-1], len(ordered), cpus))
     slices: list[list[FileRange]] = []
     for low, high in itertools.pairwise(cuts):
         stretch = []
