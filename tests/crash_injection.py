@@ -248,20 +248,30 @@ def crash_at(home: Home, point: KillPoint, profile: Profile, ray_head: int) -> K
                 )
         moments, seconds = profile[point.step]
         if not driver.wait_for_moment(point.step, int(point.moment * moments)):
-            driver.finish()  # it ended (or failed) before the moment: say why
-            return Kill(point, "finished", worker)
+            if driver.process.poll() is not None:
+                driver.finish()  # it ended (or failed) before the moment: say why
+                return Kill(point, "finished", worker)
+            # The step ended early: an earlier kill overshot into it, so this run found part of
+            # it committed. Kill now, in whatever step runs: running the batch to its end here
+            # would leave every later point nothing to kill.
+            return _kill_now(driver, point, worker)
         # The step's last moment is followed by its commit: the delay may land in it (or past it).
         time.sleep(point.delay * seconds / moments)
         if driver.process.poll() is not None:
             driver.finish()
             return Kill(point, "finished", worker)
-        step = driver.last_started() or point.step
-        done = any(e == "end" and s == step for _, e, s in driver.events)
-        driver.kill()
-        return Kill(point, "finished" if done else step, worker)
+        return _kill_now(driver, point, worker)
     finally:
         if driver.process.poll() is None:
             driver.kill()
+
+
+def _kill_now(driver: Driver, point: KillPoint, worker: int | None) -> Kill:
+    """SIGKILL the run where it is; the kill lands in the last step it started."""
+    step = driver.last_started() or point.step
+    done = any(e == "end" and s == step for _, e, s in driver.events)
+    driver.kill()
+    return Kill(point, "finished" if done else step, worker)
 
 
 def _kill_busy_worker(ray_head: int, driver: Driver, stage: str) -> int | None:

@@ -34,6 +34,7 @@ def batch_id(production: Production, tmp_path_factory: pytest.TempPathFactory) -
     operator skips one), so later tests' sensor runs leave it alone."""
     production.wait_for_code_location()
     production.set_sensor(running=False)
+    production.wait_for_sensor_idle()
     source = tmp_path_factory.mktemp("browser-batch") / "pages.jsonl"
     source.write_text(
         "\n".join(
@@ -151,13 +152,14 @@ def test_a_data_engineer_materializes_a_landing_batch_from_the_ui(
         if runs and runs[0]["status"] in ("SUCCESS", "FAILURE", "CANCELED"):
             break
         time.sleep(2)
-    assert len(runs) == 1, runs
+    why = {r["runId"]: production.run_errors(r["runId"]) for r in runs}
+    assert len(runs) == 1, (runs, why)
     (run,) = runs
+    assert run["status"] == "SUCCESS" and why == {run["runId"]: []}, why
     # What the engineer sees: the run's page says Success, the partition says Materialized.
     _open(page, f"{base}/runs/{run['runId']}")
     page.get_by_text("Success", exact=True).first.wait_for()
     page.screenshot(path=str(ARTIFACTS / "4-run-succeeded.png"))
-    assert run["status"] == "SUCCESS"
     _open(page, f"{base}/assets/landing_batch?view=partitions&partition={batch_id}")
     page.get_by_text("Materialized", exact=True).first.wait_for()
     page.screenshot(path=str(ARTIFACTS / "5-partition-materialized.png"))

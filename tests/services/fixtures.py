@@ -184,6 +184,36 @@ class Production:
         if data["__typename"] in ("PythonError", "UnauthorizedError"):
             raise AssertionError(f"could not {'start' if running else 'stop'} {name}: {data}")
 
+    def wait_for_sensor_idle(self, name: str = LANDING_SENSOR, timeout_s: float = 120) -> None:
+        """Until no tick of the sensor is being evaluated. A stopped sensor finishes the tick it
+        had started; that tick may still read the landing log and request a run."""
+        query = """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) {
+            ... on Sensor { sensorState { ticks(limit: 1) { status } } } } }"""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = self.graphql(query, {"s": self.sensor(name)[0]})["sensorOrError"]
+            if all(t["status"] != "STARTED" for t in state["sensorState"]["ticks"]):
+                return
+            time.sleep(1)
+        raise AssertionError(f"a tick of {name} was still running after {timeout_s} s")
+
+    def run_errors(self, run_id: str) -> list[str]:
+        """What a run's failure events say (step and run failures, error-level messages)."""
+        query = """query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection {
+            events { __typename ... on MessageEvent { message level }
+                ... on ExecutionStepFailureEvent { stepKey error { message } }
+                ... on RunFailureEvent { error { message } } } } } }"""
+        events = self.graphql(query, {"id": run_id})["logsForRun"].get("events", [])
+        said = []
+        for event in events:
+            error = (event.get("error") or {}).get("message")
+            if error or event.get("level") == "ERROR" or "Failure" in event["__typename"]:
+                said.append(
+                    f"{event['__typename']} {event.get('stepKey') or ''}: "
+                    f"{event.get('message')} {error or ''}".strip()
+                )
+        return said
+
     def runs(self, **tags: str) -> list[dict[str, Any]]:
         """Runs with these tags (`dagster__partition=` for `dagster/partition`)."""
         query = """query($tags: [ExecutionTag!]) { runsOrError(filter: {tags: $tags}) {
