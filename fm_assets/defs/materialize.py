@@ -28,16 +28,26 @@ class ChecksFailed(RuntimeError):
     """A materialization failed or one of its blocking checks did not pass."""
 
 
+# One instance per Dagster home and storage for the process: opening one reads dagster.yaml and
+# sets up its storages (~0.4 s), and a command (`fm shards build`) asks up to three times. Its
+# storages connect per operation (SQLite and Postgres both without a pool), so a kept instance
+# holds no connection a restarted server could leave stale.
+_INSTANCES: dict[tuple[str, str, str | None], dg.DagsterInstance] = {}
+
+
 def dagster_instance(settings: Settings) -> dg.DagsterInstance:
     """The Dagster instance (embedded or production), with the platform's pool limits set."""
     check_services(settings)  # before Dagster's own connection retries, naming the setting
-    ensure_dagster_home(settings)
-    # Two commands starting at once on a new FM_HOME would both create the SQLite run storage
-    # ("table already exists"): one at a time.
-    with exclusive(settings, "dagster instance storage"):
-        instance = dg.DagsterInstance.get()
-    ensure_pool_limits(instance)
-    return instance
+    home = ensure_dagster_home(settings)
+    key = (str(home), (home / "dagster.yaml").read_text(), settings.dagster_pg_url)
+    if key not in _INSTANCES:
+        # Two commands starting at once on a new FM_HOME would both create the SQLite run
+        # storage ("table already exists"): one at a time.
+        with exclusive(settings, "dagster instance storage"):
+            instance = dg.DagsterInstance.get()
+        ensure_pool_limits(instance)
+        _INSTANCES[key] = instance
+    return _INSTANCES[key]
 
 
 def add_partitions(
