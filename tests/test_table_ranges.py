@@ -134,3 +134,20 @@ def test_whole_items_are_grouped_in_order_into_near_equal_groups() -> None:
     assert weights == [8, 9, 7, 8]
     assert planning.balanced_groups([], len, 4) == []
     assert planning.balanced_groups(["a", "b"], lambda _: 0, 4) == [["a", "b"]]
+
+
+def test_a_light_stage_gets_one_slice_per_cpu_a_heavy_one_several(tmp_path: Path) -> None:
+    from fm_assets.stages.extract import ExtractStage
+    from fm_assets.stages.normalize import NormalizeStage
+
+    table = _table(tmp_path, [250] * 8)
+    files = list(table.scan().plan_files())
+    light = range_slices(files, 2, NormalizeStage.slices_per_cpu)
+    heavy = range_slices(files, 2, ExtractStage.slices_per_cpu)
+    # Normalizing costs less than a task per slice would: one slice per CPU, files whole.
+    assert len(light) == 2 and all(r.whole for ranges in light for r in ranges)
+    assert len(heavy) == 8
+    handle = _handle(table)
+    for slices in (light, heavy):
+        rows = [n for ranges in slices for n in read_ranges(handle, ranges).column("n").to_pylist()]
+        assert sorted(rows) == list(range(2000))

@@ -128,7 +128,8 @@ def table_facts(
     if not files:
         return Facts()
     ensure_ray(settings)
-    groups = table_slices(files, ray_cpus())
+    # One group per CPU: recounting is light, and each group pays a read and a validation.
+    groups = table_slices(files, ray_cpus(), per_cpu=1)
     handle = table_handle(settings, table, namespace)
     facts_of = remote(file_facts)
     facts = Facts()

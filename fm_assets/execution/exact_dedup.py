@@ -85,11 +85,16 @@ def run_raw(
     )
 
     scan = remote(_scan, num_returns=BUCKETS + 1)
-    scanned: list[list[Any]] = [scan.remote(stage, parts.take(s)) for s in slices]  # type: ignore[misc]
+    scanned: list[list[Any]] = [[] for _ in slices]
+
+    def submit_scan(i: int) -> Any:
+        # Sent when a worker is free (run_tasks), not all at once: a slice queued behind a
+        # slow one would wait while another worker idles.
+        scanned[i] = scan.remote(stage, parts.take(slices[i]))
+        return scanned[i][0]
+
     counts: dict[int, tuple[int, int]] = {}
-    for per_part in run_tasks(
-        lambda i: scanned[i][0], len(slices), progress=progress, label="scan"
-    ):
+    for per_part in run_tasks(submit_scan, len(slices), progress=progress, label="scan"):
         counts.update(per_part)
     parts = _number_items(parts, counts)
 

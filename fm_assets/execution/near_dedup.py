@@ -65,15 +65,19 @@ def run_near_dedup(
 
     config, batch_id = stage.minhash, outputs.batch_id
     bands = config.bands
-    slices = table_slices(files, cpus)
+    slices = table_slices(files, cpus, stage.slices_per_cpu)
     if len(slices) >= 1 << 31:
         raise ValueError("a batch of over 2**31 slices cannot be near-deduplicated at once")
     progress(f"{stage.name}: {len(files)} input files of {batch_id} in {len(slices)} slices")
     sketch = remote(sketch_slice, num_returns=1 + bands + SHINGLE_BUCKETS)
-    sketched: list[list[Any]] = [sketch.remote(source, s, i, config) for i, s in enumerate(slices)]  # type: ignore[misc]
-    rows_in = sum(
-        run_tasks(lambda i: sketched[i][0], len(slices), progress=progress, label="sketch")
-    )
+    sketched: list[list[Any]] = [[] for _ in slices]
+
+    def submit_sketch(i: int) -> Any:
+        # Sent when a worker is free (run_tasks), like every slice task.
+        sketched[i] = sketch.remote(source, slices[i], i, config)
+        return sketched[i][0]
+
+    rows_in = sum(run_tasks(submit_sketch, len(slices), progress=progress, label="sketch"))
 
     # The batch's data namespace's own index: near dedup never reads another namespace's.
     namespace = source.namespace

@@ -26,16 +26,18 @@ _GZIP_ARCHIVES = (".warc.gz", ".wet.gz", ".arc.gz")
 _LINE_FILES = (".jsonl", ".json", ".ndjson")
 
 
-def slice_bytes(total: int, cpus: int) -> int:
-    """The bytes one slice should hold: the batch over several slices per CPU, within bounds."""
-    return max(MIN_SLICE_BYTES, min(MAX_SLICE_BYTES, total // max(1, SLICES_PER_CPU * cpus)))
+def slice_bytes(total: int, cpus: int, per_cpu: int = SLICES_PER_CPU) -> int:
+    """The bytes one slice should hold: the batch over `per_cpu` slices per CPU, within bounds."""
+    return max(MIN_SLICE_BYTES, min(MAX_SLICE_BYTES, total // max(1, per_cpu * cpus)))
 
 
-def slice_count(total: int, cpus: int, largest: int | None = None) -> int:
-    """How many slices a batch of `total` bytes gets: several per CPU within the slice bounds
+def slice_count(
+    total: int, cpus: int, largest: int | None = None, per_cpu: int = SLICES_PER_CPU
+) -> int:
+    """How many slices a batch of `total` bytes gets: `per_cpu` per CPU within the slice bounds
     (`slice_bytes`, and at most `largest` bytes a slice when given), and a multiple of the CPUs
     once there are as many slices as CPUs, so that every worker gets the same share."""
-    target = slice_bytes(total, cpus) if largest is None else min(largest, slice_bytes(total, cpus))
+    target = min(largest or MAX_SLICE_BYTES, slice_bytes(total, cpus, per_cpu))
     count = max(1, round(total / max(1, target)))
     if count >= cpus:
         count = -(-count // cpus) * cpus
@@ -58,12 +60,15 @@ def balanced_groups(items: Sequence[T], weight: Callable[[T], int], count: int) 
     return [group for group in groups if group]
 
 
-def table_slices(tasks: Sequence[FileScanTask], cpus: int) -> list[list[FileScanTask]]:
+def table_slices(
+    tasks: Sequence[FileScanTask], cpus: int, per_cpu: int = SLICES_PER_CPU
+) -> list[list[FileScanTask]]:
     """A table partition's whole data files, in path order, grouped into slices of similar
-    size (`table_ranges.range_slices` also splits files)."""
+    size, `per_cpu` per CPU (`table_ranges.range_slices` also splits files)."""
     ordered = sorted(tasks, key=lambda t: t.file.file_path)  # plan order is not stable
     total = sum(t.file.file_size_in_bytes for t in ordered)
-    return balanced_groups(ordered, lambda t: t.file.file_size_in_bytes, slice_count(total, cpus))
+    count = slice_count(total, cpus, per_cpu=per_cpu)
+    return balanced_groups(ordered, lambda t: t.file.file_size_in_bytes, count)
 
 
 def task_groups(parts: int, cpus: int, rows: int, rows_per_task: int) -> list[list[int]]:

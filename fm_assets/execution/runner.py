@@ -276,7 +276,7 @@ def _execute(
     source = table_handle(settings, plan.upstream, namespace)
     if isinstance(stage, NearDupStage):
         return run_near_dedup(settings, stage, source, files, outputs, cpus, progress)
-    slices = range_slices(files, cpus)
+    slices = range_slices(files, cpus, stage.slices_per_cpu)
     progress(f"{stage.name}: {len(files)} input files of {batch_id} in {len(slices)} slices")
     process = remote(process_files)
     outcomes = run_tasks(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyiceberg.table import FileScanTask
 
-from fm_assets.execution.planning import slice_count
+from fm_assets.execution.planning import SLICES_PER_CPU, slice_count
 from fm_assets.storage.data_files import TableHandle, read_files
 
 # A cut this close to a file's edge (as a share of one slice) moves onto the edge: a sliver of
@@ -53,14 +53,14 @@ def file_weight(task: FileScanTask) -> int:
     return max(1, task.file.file_size_in_bytes)
 
 
-def _wanted(total: int, files: int, cpus: int) -> int:
+def _wanted(total: int, files: int, cpus: int, per_cpu: int) -> int:
     """Slices for a partition of `files` data files and `total` bytes: `slice_count`, but files
     are cut only as far as it takes to keep every CPU equally busy, never into more slices than
     that. A slice costs a task and a data file per table (~10-20 ms), and bytes say little of a
     stage's work: 256 KB is a few ms of normalizing but most of a second of quality scoring, so
-    the upstream stage's slicing (its file count) stays the guide."""
+    the stage's `per_cpu` and the upstream stage's slicing (its file count) are the guides."""
     most = -(-max(files, cpus) // cpus) * cpus
-    return min(slice_count(total, cpus), most)
+    return min(slice_count(total, cpus, per_cpu=per_cpu), most)
 
 
 def _on_a_row(cut: int, start: int, weight: int, rows: int) -> int:
@@ -93,16 +93,18 @@ def _cuts(tasks: Sequence[FileScanTask], edges: Sequence[int], count: int) -> li
     return sorted({0, *cuts, total})
 
 
-def range_slices(tasks: Sequence[FileScanTask], cpus: int) -> list[list[FileRange]]:
-    """A table partition's data files as slices of equal bytes, in path order; a slice may end
-    inside one file and the next begin there."""
+def range_slices(
+    tasks: Sequence[FileScanTask], cpus: int, per_cpu: int = SLICES_PER_CPU
+) -> list[list[FileRange]]:
+    """A table partition's data files as slices of equal bytes, in path order, up to `per_cpu`
+    per CPU; a slice may end inside one file and the next begin there."""
     ordered = sorted(tasks, key=lambda t: t.file.file_path)  # plan order is not stable
     if not ordered:
         return []
     edges = [0]
     for task in ordered:
         edges.append(edges[-1] + file_weight(task))
-    cuts = _cuts(ordered, edges, _wanted(edges[-1], len(ordered), cpus))
+    cuts = _cuts(ordered, edges, _wanted(edges[-1], len(ordered), cpus, per_cpu))
     slices: list[list[FileRange]] = []
     for low, high in itertools.pairwise(cuts):
         stretch = []

@@ -66,6 +66,12 @@ class Stage(ABC):
     output_schema: ClassVar[pa.Schema]
     # Side tables the stage writes, replaced per batch with its output (see StageResult.side).
     side_tables: ClassVar[tuple[str, ...]] = ()
+    # Slices per Ray CPU the runner cuts the input into (within the slice byte bounds of
+    # `execution/planning.py`). Several, for stages that spend milliseconds per document
+    # (extraction, scoring): a slow last slice then holds up the stage less. One, for stages
+    # of a fraction of a millisecond per document: each slice costs a task, a read and a write
+    # of data files, more than the imbalance of fewer slices.
+    slices_per_cpu: ClassVar[int] = 4
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

@@ -29,6 +29,7 @@ class DecontaminateStage(Stage):
     """
 
     name: ClassVar[str] = "decontaminated_documents"
+    slices_per_cpu: ClassVar[int] = 1  # a fraction of a millisecond per document
     version: ClassVar[str] = "1"
     output_schema: ClassVar[pa.Schema] = schemas.TEXT_DOCUMENTS
     side_tables: ClassVar[tuple[str, ...]] = ("contamination_matches",)

@@ -23,6 +23,7 @@ class LanguageStage(Stage):
     """
 
     name: ClassVar[str] = "language_tagged_documents"
+    slices_per_cpu: ClassVar[int] = 1  # a fraction of a millisecond per document
     version: ClassVar[str] = f"1-{LANGID_MODEL_VERSION}"
     output_schema: ClassVar[pa.Schema] = schemas.LANGUAGE_TAGGED_DOCUMENTS
 

@@ -33,6 +33,7 @@ class NearDupStage(Stage):
     """
 
     name: ClassVar[str] = "near_deduplicated_documents"
+    slices_per_cpu: ClassVar[int] = 1  # a fraction of a millisecond per document
     version: ClassVar[str] = f"1-{MINHASH_VERSION}"
     output_schema: ClassVar[pa.Schema] = schemas.TEXT_DOCUMENTS
     side_tables: ClassVar[tuple[str, ...]] = ()  # the index tables are written per band/bucket

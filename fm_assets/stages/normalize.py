@@ -35,6 +35,7 @@ class NormalizeStage(Stage):
     """
 
     name: ClassVar[str] = "normalized_documents"
+    slices_per_cpu: ClassVar[int] = 1  # a fraction of a millisecond per document
     version: ClassVar[str] = "1"
     output_schema: ClassVar[pa.Schema] = schemas.TEXT_DOCUMENTS
 

@@ -87,6 +87,7 @@ class QualityFilterStage(Stage):
     """
 
     name: ClassVar[str] = "quality_filtered_documents"
+    slices_per_cpu: ClassVar[int] = 1  # a fraction of a millisecond per document
     # 2: rules chosen per language family; reasons state the score and the bound.
     version: ClassVar[str] = f"2-{LANGUAGE_RULES_VERSION}"
     output_schema: ClassVar[pa.Schema] = schemas.TEXT_DOCUMENTS
