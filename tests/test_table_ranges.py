@@ -147,7 +147,13 @@ def test_a_light_stage_gets_one_slice_per_cpu_a_heavy_one_several(tmp_path: Path
     # Normalizing costs less than a task per slice would: one slice per CPU, files whole.
     assert len(light) == 2 and all(r.whole for ranges in light for r in ranges)
     assert len(heavy) == 8
-    handle = _handle(table)
-    for slices in (light, heavy):
+    # A light stage writes one file per slice: the heavy stage after it still gets several
+    # slices per CPU, cut inside those files.
+    (tmp_path / "light-output").mkdir()
+    light_output = _table(tmp_path / "light-output", [1000, 1000])
+    after = range_slices(list(light_output.scan().plan_files()), 2, ExtractStage.slices_per_cpu)
+    assert len(after) == 8
+    for table_, slices in ((table, light), (table, heavy), (light_output, after)):
+        handle = _handle(table_)
         rows = [n for ranges in slices for n in read_ranges(handle, ranges).column("n").to_pylist()]
         assert sorted(rows) == list(range(2000))

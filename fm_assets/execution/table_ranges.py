@@ -3,10 +3,12 @@
 Whole-file slices leave cores idle whenever a partition has few data files or files of uneven
 size: three files on two CPUs keep one worker busy for two files while the other idles after
 one. Here the partition's files, in path order, are weighed by their bytes and cut into a
-multiple of the CPU count of equal weight; a cut inside a file gives each side the rows in
-proportion to its share of the file's bytes. The cut is decided from sizes alone (the driver
-never reads a record) and applied by each worker to the rows it reads, so the stretches of one
-file are disjoint and cover it whatever its deletes.
+multiple of the CPU count of equal weight: the stage's `slices_per_cpu` per CPU within the slice
+byte bounds (`planning.slice_count`), however few files there are (a light stage, one slice per
+CPU, writes few files for the heavy stage after it). A cut inside a file gives each side the
+rows in proportion to its share of the file's bytes. The cut is decided from sizes alone (the
+driver never reads a record) and applied by each worker to the rows it reads, so the stretches
+of one file are disjoint and cover it whatever its deletes.
 """
 
 from __future__ import annotations
@@ -53,16 +55,6 @@ def file_weight(task: FileScanTask) -> int:
     return max(1, task.file.file_size_in_bytes)
 
 
-def _wanted(total: int, files: int, cpus: int, per_cpu: int) -> int:
-    """Slices for a partition of `files` data files and `total` bytes: `slice_count`, but files
-    are cut only as far as it takes to keep every CPU equally busy, never into more slices than
-    that. A slice costs a task and a data file per table (~10-20 ms), and bytes say little of a
-    stage's work: 256 KB is a few ms of normalizing but most of a second of quality scoring, so
-    the stage's `per_cpu` and the upstream stage's slicing (its file count) are the guides."""
-    most = -(-max(files, cpus) // cpus) * cpus
-    return min(slice_count(total, cpus, per_cpu=per_cpu), most)
-
-
 def _on_a_row(cut: int, start: int, weight: int, rows: int) -> int:
     """`cut`, inside a file of `rows` rows and `weight` bytes starting at `start`, moved onto
     the nearest row boundary (as `FileRange.rows` counts rows), or onto the file's edge when
@@ -104,7 +96,7 @@ def range_slices(
     edges = [0]
     for task in ordered:
         edges.append(edges[-1] + file_weight(task))
-    cuts = _cuts(ordered, edges, _wanted(edges[-1], len(ordered), cpus, per_cpu))
+    cuts = _cuts(ordered, edges, slice_count(edges[-1], cpus, per_cpu=per_cpu))
     slices: list[list[FileRange]] = []
     for low, high in itertools.pairwise(cuts):
         stretch = []
