@@ -20,7 +20,6 @@ from functools import cache
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import (
     CommitFailedException,
     NoSuchNamespaceError,
@@ -31,14 +30,17 @@ from pyiceberg.table import Table
 
 from fm_assets.settings import Settings
 from fm_assets.storage import schemas  # noqa: F401  (declares the tables storage owns)
+from fm_assets.storage.avro_schemas import convert_schemas_once
 from fm_assets.storage.landing import NAMESPACE_NAME, read_manifest
 from fm_assets.storage.objectstore import iceberg_s3_properties, open_object_store
 from fm_assets.storage.parquet_checksums import write_page_checksums
+from fm_assets.storage.sql_catalog import CachingSqlCatalog
 from fm_assets.storage.tables import table_spec
 from fm_assets.storage.transactions import transaction
 from fm_loader.retry import with_retries
 
 write_page_checksums()  # before any table is written in this process
+convert_schemas_once()
 _lock = threading.Lock()
 ALWAYS_TRUE: BooleanExpression = AlwaysTrue()
 # Concurrent runs (two batches, a backfill) commit to the same tables; a commit that lost the
@@ -62,7 +64,7 @@ def _catalog_properties(settings: Settings) -> dict[str, str]:
 
 @cache
 def _open(name: str, props: tuple[tuple[str, str], ...]) -> Catalog:
-    return SqlCatalog(name, **dict(props))
+    return CachingSqlCatalog(name, **dict(props))
 
 
 def open_catalog(settings: Settings) -> Catalog:
