@@ -88,7 +88,8 @@ def run_near_dedup(
     band_groups = task_groups(bands, cpus, rows_in, BAND_ROWS_PER_TASK)
     bucket_groups = task_groups(SHINGLE_BUCKETS, cpus, rows_in, SHINGLE_ROWS_PER_TASK)
     candidates = remote(band_candidates, num_returns=1 + routes)
-    by_band = _files_by_band(index, _index_files(settings, namespace, others), bands)
+    other_index = plan_files(settings, "neardup_index", others, None, namespace)
+    by_band = _files_by_band(index, other_index, bands)
     paired: list[list[Any]] = [  # type: ignore[misc]
         candidates.remote(
             group,
@@ -102,10 +103,8 @@ def run_near_dedup(
     ]
     # Files of other batches' shingle sets (and the index's band-0 rows, which held them before
     # `neardup_shingles` existed): put once, shared by every confirming task.
-    stored = ray.put(_index_files(settings, namespace, others, "neardup_shingles"))
-    legacy = ray.put(
-        _index_files(settings, namespace, catalog.where_all(others, catalog.where_equal("band", 0)))
-    )
+    stored = ray.put(plan_files(settings, "neardup_shingles", others, None, namespace))
+    legacy = ray.put(by_band[0])
     shingle_refs = [[refs[1 + bands + k] for k in range(SHINGLE_BUCKETS)] for refs in sketched]
     confirm = remote(confirm_pairs)
     confirmed = [
@@ -184,14 +183,6 @@ def _files_by_band(
             if b < bands:
                 grouped[b].append(task)
     return grouped
-
-
-def _index_files(
-    settings: Settings, namespace: str | None, where: Any, table: str = "neardup_index"
-) -> list[FileScanTask]:
-    if catalog.current_snapshot_id(settings, table, namespace=namespace) is None:
-        return []
-    return plan_files(settings, table, where, None, namespace)
 
 
 def _write_slice(
