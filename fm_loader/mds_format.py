@@ -22,8 +22,6 @@ from typing import Any
 # The packages whose __init__ imports the heavy datasets; parents first.
 DEFERRED_PACKAGES = ("streaming", "streaming.base")
 _LOCK = threading.RLock()
-# What writing MDS shards imports (after defer_streaming_packages()).
-MDS_WRITER_MODULE = "streaming.base.format.mds.writer"
 
 
 class _DeferredPackage(types.ModuleType):
@@ -62,20 +60,3 @@ def defer_streaming_packages() -> None:
             parent, _, child = name.rpartition(".")
             if parent:
                 setattr(sys.modules[parent], child, module)
-
-
-_preloading: threading.Thread | None = None
-
-
-def preload_mds_writer() -> None:
-    """Start importing MDS's writer modules (~2 s: torch) in a background thread, so a shard
-    writer started later finds them ready (idempotent)."""
-    global _preloading
-    with _LOCK:
-        if _preloading is not None or MDS_WRITER_MODULE in sys.modules:
-            return
-        defer_streaming_packages()
-        _preloading = threading.Thread(
-            target=importlib.import_module, args=(MDS_WRITER_MODULE,), daemon=True
-        )
-        _preloading.start()

@@ -78,7 +78,6 @@ def render(results: Results, stamp: Stamp) -> str:
         f"the first (cold) WARC pipeline took {sum(t.seconds for t in results.warc_cold):.1f} s "
         f"against {median([sum(t.seconds for t in r) for r in results.warc_runs]):.1f} s warm "
         "(Ray worker processes start and import on first use); "
-        f"importing MDS's writer modules {results.streaming_import_s:.1f} s; "
         f"`create_version` over one JSONL batch {results.version_s:.2f} s.",
         "",
         *tokenize_section(results.pairs, results.worker_niceness),

@@ -56,7 +56,6 @@ class Results:
     ray_start_s: float = 0.0
     worker_niceness: int = 0
     idle_cores: float = 0.0  # CPU the idle Ray daemons (and this process) use, in cores
-    streaming_import_s: float = 0.0
     version_s: float = 0.0
     warc_decompressed_bytes: int = 0
     warc_cold: list[StageTiming] = field(default_factory=list)
@@ -122,16 +121,6 @@ def run(config: BenchConfig, scratch: Path) -> Results:
     log("profiling the tokenize stage")
     results.profile = profile_tokenize(big, big_batches[-1], config.profile_docs)
 
-    started = time.perf_counter()
-    # What write_shard_set imports (MDS's format modules, torch): keep its cost out of timings.
-    import importlib
-
-    from fm_loader.mds_format import MDS_WRITER_MODULE, defer_streaming_packages
-
-    defer_streaming_packages()
-    importlib.import_module(MDS_WRITER_MODULE)
-
-    results.streaming_import_s = time.perf_counter() - started
     started = time.perf_counter()
     create_version(big, "bench@v1", [big_batches[0]], run_id=None)
     results.version_s = time.perf_counter() - started

@@ -6,7 +6,7 @@ best-fit-decreasing, and the packed sequences are shuffled with a seed derived f
 content hash, so the same version and config always give byte-identical shards.
 
 A set lives at `shards/<dataset>/v<N>/<config>/` in the object store, and `fm_manifest.json` is
-always its last file: its presence publishes the set. On a local store MDSWriter writes there
+always its last file: its presence publishes the set. On a local store the MDS writer writes there
 directly; on S3 it writes a local staging directory whose files are then uploaded, the
 manifest last.
 """
@@ -46,7 +46,6 @@ from fm_assets.versions.dataset_version import (
 )
 from fm_assets.versions.revocation import replacement_of
 from fm_loader.manifest import MANIFEST_NAME, ShardSetManifest
-from fm_loader.mds_format import preload_mds_writer
 from fm_loader.provenance import NAMESPACES_NAME, namespaces_json
 
 _CONFIG = re.compile(r"^(?P<tok>[0-9a-f]{12})-s(?P<seq>[1-9][0-9]*)$")
@@ -194,9 +193,6 @@ def build_shard_set(
             docs_tokens = int(existing["num_tokens"])
             return ShardSetBuild(manifest, store.uri(prefix), docs_tokens, created=False)
 
-    # MDS's writer modules take ~2 s to import (torch): load them while the version's tokens
-    # are read and packed, so the writer finds them ready.
-    preload_mds_writer()
     docs = version_tokens(settings, version, tokenizer, progress)
     docs = docs.take(pc.sort_indices(docs, sort_keys=[("doc_id", "ascending")]))
     lengths = pc.list_value_length(docs.column("tokens")).to_numpy(zero_copy_only=False)

@@ -2,7 +2,7 @@
 
 Layout of a shard set directory:
 
-    shard.00000.mds ... shard.NNNNN.mds   MDS shards (mosaicml-streaming MDSWriter)
+    shard.00000.mds ... shard.NNNNN.mds   MDS shards (`shards.mds`: MDSWriter's bytes)
     index.json                            MDS index (columns, per-shard sizes and sha256)
     fm_manifest.json                      our manifest, written last: present == complete
 
@@ -12,7 +12,6 @@ The MDS columns are the on-disk contract with `fm_loader` (see `fm_loader.manife
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -25,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fm_assets.settings import PIPELINE_VERSION
+from fm_assets.shards.mds import MDSShardWriter, encode_ndarray
 from fm_assets.shards.packing import PackedSequence
 from fm_loader.manifest import (
     INDEX_NAME,
@@ -75,22 +75,15 @@ def sequence_tokens(
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-class _SampleEncoder:
+class SampleEncoder:
     """Turns (sequence, tokens) into one MDS sample dict, validating against the contract."""
 
     def __init__(self, seq_len: int, vocab_size: int, pad_token_id: int, token_dtype: str) -> None:
-        defer_streaming_packages()
-        from streaming.base.format.mds.encodings import NDArray
-
         self.seq_len = seq_len
         self.vocab_size = vocab_size
         self.pad_token_id = pad_token_id
         self.dtype = np.dtype(token_dtype)
-        # MDSWriter re-parses each column's encoding string for every sample (about half of the
-        # write time); encoding with MDS's own coders built once, then handing MDSWriter bytes
-        # (which it passes through), gives identical shards at twice the speed.
-        self._input_ids = NDArray(token_dtype, (seq_len,))
-        self._doc_spans = NDArray("int32")
+        self.columns = mds_columns(seq_len, token_dtype)
 
     def encode(
         self, number: int, sequence: PackedSequence, tokens: npt.NDArray[Any]
@@ -129,9 +122,11 @@ class _SampleEncoder:
         input_ids = np.full(self.seq_len, self.pad_token_id, dtype=self.dtype)
         input_ids[:n] = tokens
         return {
-            "input_ids": self._input_ids.encode(input_ids),
+            "input_ids": encode_ndarray(input_ids, self.columns["input_ids"]),
             "doc_ids": "\n".join(s.doc_id for s in segments).encode("utf-8"),
-            "doc_spans": self._doc_spans.encode(np.asarray(spans, dtype=np.int32)),
+            "doc_spans": encode_ndarray(
+                np.asarray(spans, dtype=np.int32), self.columns["doc_spans"]
+            ),
         }
 
 
@@ -145,20 +140,20 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _shard_infos(local: Path, tokens_per_sample: list[int]) -> tuple[ShardInfo, ...]:
-    """Per-shard name, checksum, size and counts from MDS's index.json."""
-    index = json.loads((local / INDEX_NAME).read_text())
+def _shard_infos(
+    shards: list[dict[str, Any]], tokens_per_sample: list[int]
+) -> tuple[ShardInfo, ...]:
+    """Per-shard name, checksum, size and counts from the MDS index's shard entries."""
     cumulative = np.concatenate([[0], np.cumsum(tokens_per_sample, dtype=np.int64)])
     infos = []
     first = 0
-    for shard in index["shards"]:
+    for shard in shards:
         raw = shard["raw_data"]
         samples = int(shard["samples"])
         infos.append(
             ShardInfo(
                 name=raw["basename"],
-                # MDSWriter hashes the exact bytes it writes (hashes=["sha256"]); reuse that
-                # rather than reading every shard back.
+                # The writer hashes the exact bytes it writes: no shard is read back.
                 sha256=raw["hashes"]["sha256"],
                 bytes=int(raw["bytes"]),
                 samples=samples,
@@ -183,50 +178,29 @@ def write_shard_set(
 
     Each item is a packed sequence and its real token ids (1-D, length `seq.num_tokens`, already
     concatenated in segment order). `out_dir` is a local directory that must be empty or absent,
-    or MDSWriter's (local, remote) pair, in which case shards and manifest are also uploaded and
-    the local copy is kept. On error no index.json or manifest is written, so a partial directory
+    or a (local, remote) pair, in which case shards and manifest are also uploaded and the local
+    copy is kept. On error no index.json or manifest is written, so a partial directory
     is never mistaken for a shard set.
     """
-    defer_streaming_packages()  # the format modules alone: not streaming's datasets
-    from streaming.base.format.mds.writer import MDSWriter
-
     token_dtype = token_dtype_for(vocab_size)
     if not 0 <= pad_token_id < vocab_size:
         raise ValueError(f"pad_token_id {pad_token_id} is outside the vocabulary [0, {vocab_size})")
-    columns = mds_columns(seq_len, token_dtype)
-    if isinstance(out_dir, tuple):
-        local = local_directory(out_dir[0])
-        out: str | tuple[str, str] = (str(local), out_dir[1])
-    else:
-        local = local_directory(out_dir)
-        out = str(local)
-    encoder = _SampleEncoder(seq_len, vocab_size, pad_token_id, token_dtype)
-
-    # compression=None is part of the contract: uncompressed shards can be memory-mapped and
-    # sliced in place by the loader, and token ids barely compress anyway.
-    writer = MDSWriter(
-        columns=columns,
-        out=out,
-        compression=None,
-        hashes=["sha256"],
-        size_limit=size_limit_bytes,
-        keep_local=True,
-    )
+    local = local_directory(out_dir[0] if isinstance(out_dir, tuple) else out_dir)
+    if local.exists() and any(local.iterdir()):
+        raise FileExistsError(f"{local} is not empty: a shard set is written into a new directory")
+    encoder = SampleEncoder(seq_len, vocab_size, pad_token_id, token_dtype)
+    # Uncompressed shards are part of the contract: the loader memory-maps and slices them in
+    # place, and token ids barely compress anyway.
+    writer = MDSShardWriter(local, encoder.columns, size_limit_bytes)
     tokens_per_sample: list[int] = []
     doc_ids: set[str] = set()
-    try:
-        for number, (sequence, tokens) in enumerate(sequences):
-            writer.write(encoder.encode(number, sequence, tokens))
-            tokens_per_sample.append(sequence.num_tokens)
-            doc_ids.update(s.doc_id for s in sequence.segments)
-        if not tokens_per_sample:
-            raise ValueError("no sequences to write: a shard set needs at least one sample")
-    except BaseException:
-        # Not `with MDSWriter(...)`: its __exit__ calls finish(), which would write index.json
-        # for a partial shard set.
-        writer.cancel_future_jobs()
-        raise
-    writer.finish()
+    for number, (sequence, tokens) in enumerate(sequences):
+        writer.write(encoder.encode(number, sequence, tokens))
+        tokens_per_sample.append(sequence.num_tokens)
+        doc_ids.update(s.doc_id for s in sequence.segments)
+    if not tokens_per_sample:
+        raise ValueError("no sequences to write: a shard set needs at least one sample")
+    shards = writer.finish()  # index.json only now: a failed write leaves no index
 
     num_samples = len(tokens_per_sample)
     num_tokens = int(sum(tokens_per_sample))
@@ -247,17 +221,24 @@ def write_shard_set(
         num_tokens=num_tokens,
         num_documents=len(doc_ids),
         packing_efficiency=num_tokens / (num_samples * seq_len),
-        shards=_shard_infos(local, tokens_per_sample),
+        shards=_shard_infos(shards, tokens_per_sample),
     )
     _write_atomic(local / MANIFEST_NAME, manifest.to_json())
-    if isinstance(out, tuple):
-        defer_streaming_packages()
-        from streaming.base.storage.upload import CloudUploader
-
-        # After MDSWriter uploaded the shards and index.json, so the remote copy gets its
-        # "complete" marker last too.
-        CloudUploader.get(out, keep_local=True, exist_ok=True).upload_file(MANIFEST_NAME)
+    if isinstance(out_dir, tuple):
+        _upload(local, out_dir[1], [*(info.name for info in manifest.shards), INDEX_NAME])
     return manifest
+
+
+def _upload(local: Path, remote: str, names: list[str]) -> None:
+    """Copy a finished set to `remote` with mosaicml-streaming's uploader (any URI it serves),
+    shards and index first and the manifest last, so the remote copy is complete when it has
+    one. (The platform's own builds upload through its object store: `shards.build`.)"""
+    defer_streaming_packages()
+    from streaming.base.storage.upload import CloudUploader
+
+    uploader = CloudUploader.get((str(local), remote), keep_local=True, exist_ok=True)
+    for name in [*names, MANIFEST_NAME]:
+        uploader.upload_file(name)
 
 
 def manifest_sha256(out_dir: str | Path) -> str:
