@@ -5,8 +5,10 @@ refresh after it), and pyiceberg's `SqlCatalog` reads and parses the table's met
 every time: a JSON document holding every snapshot the table ever had, which stage tables keep
 (dataset versions pin them), so each load cost more as the table aged (6 ms at 200 snapshots).
 A metadata file is never rewritten (a commit writes a new file and points the catalog row at
-it), so its parsed form is kept by location: a load is then one catalog query. What a commit
-wrote is kept too, so the load after a commit parses nothing.
+it), so the parsed form of each table's current file is kept with its location: a load whose
+catalog row still names that file is one query. What a commit wrote is kept too, so the load
+after a commit parses nothing. One file per table is kept (the newest seen), so a long-lived
+process (the code server, the daemon) holds no more metadata than one table object each.
 
 Namespaces the catalog was seen to hold are remembered as well: every open checked the
 platform's namespace again, a query per table load.
@@ -15,7 +17,6 @@ platform's namespace again, a query per table load.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
@@ -24,36 +25,33 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import Identifier
 
-# Parsed metadata files kept per process: one or two per table a command touches.
-_KEPT_METADATA = 64
-
 
 class CachingSqlCatalog(SqlCatalog):
     """A `SqlCatalog` that parses each metadata file once and remembers existing namespaces."""
 
     def __init__(self, name: str, **properties: str) -> None:
         super().__init__(name, **properties)
-        self._metadata: OrderedDict[str, TableMetadata] = OrderedDict()
+        self._metadata: dict[Identifier, tuple[str, TableMetadata]] = {}
         self._namespaces: set[str] = set()
         self._guard = threading.Lock()
 
     def _convert_orm_to_iceberg(self, orm_table: IcebergTables) -> Table:
         location = orm_table.metadata_location
-        metadata = self._kept(location) if location else None
-        if (
-            location is None
-            or metadata is None
-            or not orm_table.table_namespace
-            or not orm_table.table_name
-        ):
+        if not location or not orm_table.table_namespace or not orm_table.table_name:
+            return super()._convert_orm_to_iceberg(orm_table)  # raises, saying what is missing
+        identifier = (
+            *Catalog.identifier_to_tuple(orm_table.table_namespace),
+            orm_table.table_name,
+        )
+        with self._guard:
+            kept = self._metadata.get(identifier)
+        if kept is None or kept[0] != location:
             table = super()._convert_orm_to_iceberg(orm_table)
-            self._keep(table.metadata_location, table.metadata)
+            self._keep(identifier, location, table.metadata)
             return table
+        metadata = kept[1]
         return Table(
-            identifier=(
-                *Catalog.identifier_to_tuple(orm_table.table_namespace),
-                orm_table.table_name,
-            ),
+            identifier=identifier,
             metadata=metadata,
             metadata_location=location,
             io=self._load_file_io(metadata.properties, location),
@@ -67,7 +65,7 @@ class CachingSqlCatalog(SqlCatalog):
         updates: tuple[TableUpdate, ...],
     ) -> CommitTableResponse:
         response = super().commit_table(table, requirements, updates)
-        self._keep(response.metadata_location, response.metadata)
+        self._keep(table.name(), response.metadata_location, response.metadata)
         return response
 
     def namespace_exists(self, identifier: str | Identifier) -> bool:
@@ -87,16 +85,6 @@ class CachingSqlCatalog(SqlCatalog):
             )
         super().drop_namespace(namespace)
 
-    def _kept(self, location: str) -> TableMetadata | None:
+    def _keep(self, identifier: Identifier, location: str, metadata: TableMetadata) -> None:
         with self._guard:
-            metadata = self._metadata.get(location)
-            if metadata is not None:
-                self._metadata.move_to_end(location)
-            return metadata
-
-    def _keep(self, location: str, metadata: TableMetadata) -> None:
-        with self._guard:
-            self._metadata[location] = metadata
-            self._metadata.move_to_end(location)
-            while len(self._metadata) > _KEPT_METADATA:
-                self._metadata.popitem(last=False)
+            self._metadata[tuple(identifier)] = (location, metadata)
