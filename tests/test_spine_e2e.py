@@ -104,6 +104,31 @@ def test_every_check_ran_and_passed(spine: Spine) -> None:
     }
 
 
+def test_sample_provenance_check_fails_on_samples_of_other_documents(
+    spine: Spine, tmp_path: Path
+) -> None:
+    """The shard-set check reads every sample (as the loader does) and names samples whose
+    documents the version does not hold; the version's own set passes it."""
+    from fm_assets.checks.shard_sets import samples_carry_provenance
+    from fm_assets.versions.dataset_version import require_version
+    from fm_loader.manifest import local_directory, read_manifest
+    from tests.shard_sets import synthetic_docs
+    from tests.test_shard_writer import write_docs
+
+    version = require_version(spine.settings, spine.version_key)
+    built = catalog.read_table(
+        spine.settings, "shard_sets", catalog.where_equal("shard_set_key", spine.shard_set_key)
+    ).to_pylist()[0]["uri"]
+    directory = str(local_directory(built))
+    own = samples_carry_provenance(directory, read_manifest(directory), spine.settings, version)
+    assert own.passed, own.description
+    assert own.metadata["documents"] == version.num_documents
+    _, foreign = write_docs(synthetic_docs(12, seed=9), str(tmp_path / "foreign"))
+    outcome = samples_carry_provenance(str(tmp_path / "foreign"), foreign, spine.settings, version)
+    assert not outcome.passed
+    assert "documents not in version" in outcome.description
+
+
 def test_stage_progress_reaches_the_terminal_and_dagster_metadata(spine: Spine) -> None:
     from dagster import AssetKey, DagsterInstance
 

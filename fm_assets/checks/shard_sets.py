@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow.fs as pafs
 
 from fm_assets.checks.outcome import CheckOutcome
@@ -26,6 +28,21 @@ from fm_loader.cache import is_remote
 from fm_loader.fetch import DOWNLOAD_THREADS, copy_remote_file
 from fm_loader.manifest import INDEX_NAME, ShardSetManifest, local_directory
 from fm_loader.shards import ShardSet
+
+SAMPLES_PER_READ = 1024  # samples decoded at a time: a few MB of tokens at any seq_len used
+
+
+def sample_segments(shard_set: ShardSet) -> Iterator[tuple[int, list[str], npt.NDArray[np.int32]]]:
+    """(index, doc ids, (start, length, doc offset) rows) of every sample, read in place as the
+    loader reads them for a trainer (no torch: the checks run inside `fm shards build`)."""
+    for first in range(0, len(shard_set), SAMPLES_PER_READ):
+        indices = np.arange(first, min(first + SAMPLES_PER_READ, len(shard_set)), dtype=np.int64)
+        _, views, doc_ids = shard_set.read_raw(indices)
+        # Copies: views into a shard's memory map would keep the set from closing.
+        spans = [rows.reshape(-1, 3).copy() for rows in views]
+        del views
+        for index, ids, rows in zip(indices.tolist(), doc_ids, spans, strict=True):
+            yield index, ids if ids != [""] else [], rows
 
 
 @contextlib.contextmanager
@@ -103,10 +120,7 @@ def samples_carry_provenance(
     seen_docs: set[str] = set()
     tokens = 0
     try:
-        for index in range(len(shard_set)):
-            sample = shard_set.raw_sample(index)
-            doc_ids = sample["doc_ids"].split("\n") if sample["doc_ids"] else []
-            spans = sample["doc_spans"].reshape(-1, 3)
+        for index, doc_ids, spans in sample_segments(shard_set):
             if len(doc_ids) != len(spans):
                 problems.append(f"{shard_set.where(index)}: {len(doc_ids)} ids, {len(spans)} spans")
                 continue
@@ -149,8 +163,7 @@ def no_contaminated_samples(
     shard_set = ShardSet(Path(directory), manifest)
     bad_samples = 0
     try:
-        for index in range(len(shard_set)):
-            ids = shard_set.raw_sample(index)["doc_ids"].split("\n")
+        for _, ids, _ in sample_segments(shard_set):
             bad_samples += bool(flagged.intersection(ids))
     finally:
         shard_set.close()
