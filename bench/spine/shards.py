@@ -183,7 +183,8 @@ def shard_section(
         "`build_shard_set` on a new version key over the same batch, the bare `write_shard_set` "
         "on the same packed sequences, then `tofile` of the padded (samples × seq_len) uint16 "
         f"array without and with `fsync` (median of {tofile_inner} calls each). "
-        "MDSWriter does not fsync, so plain `tofile` is the like-for-like limit. MB/s counts "
+        "The writer fsyncs each shard (a published set survives a power cut), so "
+        "`tofile` + `fsync` is the like-for-like limit. MB/s counts "
         "shard bytes (array bytes for `tofile`); ratios are per-repeat MB/s over the limit's "
         "MB/s, median.",
         "",
