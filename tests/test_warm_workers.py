@@ -140,3 +140,22 @@ def test_other_code_or_settings_retire_the_old_pool(connected: None) -> None:
     # The same code and settings find the running pool instead of starting another.
     again = warm_pool.open_pool(2, {"SETTING": "two"})
     assert again.fingerprint == new.fingerprint and set(_pool_pids()) == names
+
+
+def _record_warm_up() -> None:
+    with open(os.environ["WARM_UP_LOG"], "a") as log:
+        log.write(f"{os.getpid()}\n")
+
+
+def test_each_worker_warms_up_once_before_its_first_call(connected: None, tmp_path: Path) -> None:
+    import ray.cloudpickle
+
+    # Shipped by value: the workers cannot import this test module.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    log = tmp_path / "warm-ups"
+    env = {"RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", ""), "WARM_UP_LOG": str(log)}
+    for _ in range(3):  # three commands opening the same pool
+        warm_pool.open_pool(2, env, _record_warm_up)
+    pids = _pool_pids()  # answered after the warm-ups queued ahead of it
+    assert len(pids) == 2
+    assert sorted(map(int, log.read_text().split())) == sorted(pids.values())

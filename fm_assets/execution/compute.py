@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from fm_assets.execution.local_ray import running_local_ray, start_local_ray
 from fm_assets.execution.warm_pool import WarmPool, open_pool
+from fm_assets.execution.warm_up import warm_worker
 from fm_assets.settings import Settings
 from fm_assets.stages.base import Stage, StageResult
 
@@ -107,7 +108,9 @@ class RemoteFunction:
 
         if _connection.warm_workers > 0:
             if _connection.pool is None:
-                _connection.pool = open_pool(_connection.warm_workers, _connection.worker_env)
+                _connection.pool = open_pool(
+                    _connection.warm_workers, _connection.worker_env, warm_worker
+                )
             return _connection.pool.submit(self.function, args, self.num_returns)
         if self._task is None:
             task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES)(self.function)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -31,8 +32,24 @@ _PACKAGES = ("fm_assets", "fm_loader")
 class _Worker:
     """The actor: runs whatever function it is handed, in its own warm process."""
 
+    def __init__(self) -> None:
+        self._warmed: set[str] = set()
+
     def call(self, function: Callable[..., Any], *args: Any) -> Any:
         return function(*args)
+
+    def warm(self, warm_up: Callable[[], None]) -> None:
+        """Run `warm_up` once in this process: every command that opens the pool sends it, and
+        a worker (or its restart) pays its first-call costs once, not inside a stage."""
+        name = f"{warm_up.__module__}.{warm_up.__qualname__}"
+        if name in self._warmed:
+            return
+        self._warmed.add(name)
+        try:
+            warm_up()
+        except Exception:
+            # Best effort: the call that needs what failed to load fails loudly itself.
+            logging.getLogger(__name__).exception("warm-up %s failed", name)
 
     def pid(self) -> int:
         return os.getpid()
@@ -83,9 +100,15 @@ class WarmPool:
         return index
 
 
-def open_pool(size: int, worker_env: Mapping[str, str]) -> WarmPool:
+def open_pool(
+    size: int, worker_env: Mapping[str, str], warm_up: Callable[[], None] | None = None
+) -> WarmPool:
     """The pool of `size` warm workers for this code and environment: found if a command has
-    started it, else started; pools of other code or environments are retired."""
+    started it, else started; pools of other code or environments are retired.
+
+    `warm_up` is sent to every worker ahead of any call, and runs once per worker process: a
+    stage whose small batch reaches one worker of two would otherwise leave the other to pay
+    its imports and tables inside the next command's timed work."""
     import ray
 
     fingerprint = code_fingerprint(worker_env)
@@ -104,6 +127,10 @@ def open_pool(size: int, worker_env: Mapping[str, str]) -> WarmPool:
         "runtime_env": {"env_vars": dict(worker_env)},
     }
     actors = [worker.options(name=f"{prefix}{i}", **options).remote() for i in range(size)]
+    if warm_up is not None:
+        for actor in actors:
+            # Not awaited: the worker's later calls queue behind it.
+            actor.warm.remote(warm_up)  # type: ignore[attr-defined]
     retire_other_pools(keep=prefix)
     return WarmPool(actors, fingerprint)
 
