@@ -30,12 +30,44 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fm_loader.manifest import INDEX_NAME
+
 MDS_VERSION = 2
-INDEX_NAME = "index.json"
 _OFFSET_BYTES = 4  # each sample's uint32 offset in its shard's header
 # MDS's codes for the dtype of an array's shape (the low two bits of the shape byte).
 _SHAPE_DTYPES = ("uint8", "uint16", "uint32", "uint64")
 _VARIABLE_SIZE = ("bytes", "str")
+
+
+class NDArrayEncoding:
+    """MDS's `ndarray:<dtype>[:<shape>]` encoding, parsed once: the values' bytes, after a shape
+    header when the encoding leaves the shape open."""
+
+    def __init__(self, encoding: str) -> None:
+        kind, _, rest = encoding.partition(":")
+        dtype, _, shape = rest.partition(":")
+        if kind != "ndarray" or not dtype:
+            raise ValueError(f"{encoding!r} is not an ndarray:<dtype>[:<shape>] MDS encoding")
+        self.encoding = encoding
+        self.dtype = np.dtype(dtype)
+        self.shape = tuple(int(d) for d in shape.split(",")) if shape else None
+        # Bytes of every value (None: each value's size is stored with it).
+        self.size = None if self.shape is None else int(np.prod(self.shape)) * self.dtype.itemsize
+
+    def encode(self, values: npt.NDArray[Any]) -> bytes:
+        if values.dtype != self.dtype:
+            raise ValueError(f"wrong dtype for {self.encoding}: {values.dtype.name}")
+        if values.size == 0:
+            raise ValueError(f"MDS cannot store an empty array ({self.encoding})")
+        if self.shape is not None:
+            if values.shape != self.shape:
+                raise ValueError(f"wrong shape for {self.encoding}: {values.shape}")
+            return values.tobytes()
+        dims = np.array(values.shape, np.int64)
+        largest = int(dims.max())
+        code = next(i for i, bits in enumerate((8, 16, 32, 64)) if largest < 1 << bits)
+        header = bytes([(values.ndim << 2) | code]) + dims.astype(_SHAPE_DTYPES[code]).tobytes()
+        return header + values.tobytes()
 
 
 def column_size(encoding: str) -> int | None:
@@ -45,35 +77,11 @@ def column_size(encoding: str) -> int | None:
     """
     if encoding in _VARIABLE_SIZE:
         return None
-    kind, _, rest = encoding.partition(":")
-    if kind != "ndarray":
+    if not encoding.startswith("ndarray"):
         raise ValueError(
             f"MDS encoding {encoding!r} is not written by this writer; use bytes, str or ndarray"
         )
-    dtype, _, shape = rest.partition(":")
-    if not dtype or not shape:
-        return None
-    return int(np.prod([int(d) for d in shape.split(",")])) * np.dtype(dtype).itemsize
-
-
-def encode_ndarray(values: npt.NDArray[Any], encoding: str) -> bytes:
-    """`values` as MDS's `ndarray:<dtype>[:<shape>]` encoding stores them: the values' bytes,
-    after a shape header when the encoding leaves the shape open."""
-    _, dtype, *shape = encoding.split(":")
-    values = np.asarray(values)
-    if values.dtype != np.dtype(dtype):
-        raise ValueError(f"wrong dtype for {encoding}: {values.dtype.name}")
-    if values.size == 0:
-        raise ValueError(f"MDS cannot store an empty array ({encoding})")
-    if shape:
-        if values.shape != tuple(int(d) for d in shape[0].split(",")):
-            raise ValueError(f"wrong shape for {encoding}: {values.shape}")
-        return values.tobytes()
-    dims = np.array(values.shape, np.int64)
-    largest = int(dims.max())
-    code = next(i for i, bits in enumerate((8, 16, 32, 64)) if largest < 1 << bits)
-    header = bytes([(values.ndim << 2) | code]) + dims.astype(_SHAPE_DTYPES[code]).tobytes()
-    return header + values.tobytes()
+    return NDArrayEncoding(encoding).size
 
 
 class MDSShardWriter:

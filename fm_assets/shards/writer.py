@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fm_assets.settings import PIPELINE_VERSION
-from fm_assets.shards.mds import MDSShardWriter, encode_ndarray
+from fm_assets.shards.mds import MDSShardWriter, NDArrayEncoding
 from fm_assets.shards.packing import PackedSequence
 from fm_loader.manifest import (
     INDEX_NAME,
@@ -84,6 +84,8 @@ class SampleEncoder:
         self.pad_token_id = pad_token_id
         self.dtype = np.dtype(token_dtype)
         self.columns = mds_columns(seq_len, token_dtype)
+        self._input_ids = NDArrayEncoding(self.columns["input_ids"])
+        self._doc_spans = NDArrayEncoding(self.columns["doc_spans"])
 
     def encode(
         self, number: int, sequence: PackedSequence, tokens: npt.NDArray[Any]
@@ -122,11 +124,9 @@ class SampleEncoder:
         input_ids = np.full(self.seq_len, self.pad_token_id, dtype=self.dtype)
         input_ids[:n] = tokens
         return {
-            "input_ids": encode_ndarray(input_ids, self.columns["input_ids"]),
+            "input_ids": self._input_ids.encode(input_ids),
             "doc_ids": "\n".join(s.doc_id for s in segments).encode("utf-8"),
-            "doc_spans": encode_ndarray(
-                np.asarray(spans, dtype=np.int32), self.columns["doc_spans"]
-            ),
+            "doc_spans": self._doc_spans.encode(np.asarray(spans, dtype=np.int32)),
         }
 
 
