@@ -12,7 +12,7 @@ from pyiceberg.table import Table
 
 import fm_assets.storage.transactions as transactions
 from fm_assets.storage.catalog import where_equal
-from fm_assets.storage.transactions import transaction
+from fm_assets.storage.transactions import share_frozen_metadata_parts, transaction
 
 ROWS = pa.table({"batch_id": pa.array(["a", "a", "b"]), "n": pa.array([1, 2, 3], pa.int64())})
 
@@ -75,3 +75,26 @@ def test_working_metadata_follows_each_staged_change_and_is_built_once_per_chang
     # A fast append reads the working metadata many times; a plain Transaction rebuilt (and
     # deep-copied) it on every read.
     assert builds < 8
+
+
+def test_metadata_copies_share_snapshots_and_later_commits_leave_earlier_metadata_alone(
+    tmp_path: Path,
+) -> None:
+    share_frozen_metadata_parts()  # storage.catalog installs it on import; idempotent
+    table = _table(tmp_path, "t")
+    with transaction(table) as tx:
+        tx.append(ROWS)
+    earlier = table.metadata
+    snapshots = list(earlier.snapshots)
+    summaries = [repr(s.summary) for s in snapshots]
+    copy = earlier.model_copy(deep=True)
+    assert copy == earlier and copy.snapshots is not earlier.snapshots
+    assert all(a is b for a, b in zip(copy.snapshots, earlier.snapshots, strict=True))
+    with transaction(table) as tx:
+        tx.delete(where_equal("batch_id", "a"))
+        tx.append(pa.table({"batch_id": ["a"], "n": pa.array([9], pa.int64())}))
+    # The commit built new metadata; what an earlier reader holds is unchanged.
+    assert earlier.snapshots == snapshots and len(table.refresh().metadata.snapshots) == 3
+    assert [repr(s.summary) for s in earlier.snapshots] == summaries
+    assert earlier.current_snapshot_id == snapshots[-1].snapshot_id
+    assert sorted(table.scan().to_arrow().column("n").to_pylist()) == [3, 9]

@@ -47,6 +47,13 @@ class ClassifierInfo:
     report: dict[str, Any]
 
 
+_SHA256_HEX_CHARS = 64
+# Registered classifiers by (catalog, full sha256): a registration is never changed or removed,
+# and every stage of a run resolves the policy's classifier (a read of the whole registry table,
+# ~10 ms, most of a light stage's planning).
+_registered: dict[tuple[str, str], ClassifierInfo] = {}
+
+
 def register_classifier(
     settings: Settings, report: Any, *, make_default: bool = False
 ) -> ClassifierInfo:
@@ -91,6 +98,16 @@ def register_classifier(
 
 def find_classifier(settings: Settings, model_sha256: str) -> ClassifierInfo | None:
     """The registered classifier whose sha256 starts with `model_sha256` (a prefix will do)."""
+    key = (settings.catalog_uri, model_sha256)
+    if key in _registered:
+        return _registered[key]
+    info = _read_classifier(settings, model_sha256)
+    if info is not None and len(model_sha256) == _SHA256_HEX_CHARS:
+        _registered[key] = info  # a prefix is not kept: a later registration can make it ambiguous
+    return info
+
+
+def _read_classifier(settings: Settings, model_sha256: str) -> ClassifierInfo | None:
     rows = catalog.read_table(settings, "quality_classifiers").to_pylist()
     # One row per model: two registrations of one model at once may both have appended.
     by_hash = {r["model_sha256"]: r for r in rows if r["model_sha256"].startswith(model_sha256)}

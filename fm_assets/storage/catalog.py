@@ -36,11 +36,12 @@ from fm_assets.storage.objectstore import iceberg_s3_properties, open_object_sto
 from fm_assets.storage.parquet_checksums import write_page_checksums
 from fm_assets.storage.sql_catalog import CachingSqlCatalog
 from fm_assets.storage.tables import table_spec
-from fm_assets.storage.transactions import transaction
+from fm_assets.storage.transactions import share_frozen_metadata_parts, transaction
 from fm_loader.retry import with_retries
 
 write_page_checksums()  # before any table is written in this process
 convert_schemas_once()
+share_frozen_metadata_parts()
 _lock = threading.Lock()
 ALWAYS_TRUE: BooleanExpression = AlwaysTrue()
 # Concurrent runs (two batches, a backfill) commit to the same tables; a commit that lost the
