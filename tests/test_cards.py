@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
+import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +22,21 @@ from fm_assets.storage.landing import MANIFEST_FORMAT_VERSION, BatchManifest
 from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions.dataset_version import DatasetVersion, create_version
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 NOW = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 STAGES = pipeline.STAGE_NAMES
 NS = "cloud"  # the data namespace of every batch the tests write
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _bar_tooltips(svg: bytes) -> list[str]:
+    """The tooltip of every bar of a plot, top to bottom, left to right."""
+    return [str(r.findtext(SVG + "title")) for r in ET.fromstring(svg).iter(SVG + "rect")][1:]
+
+
+def _texts(svg: bytes) -> list[str]:
+    return [str(t.text) for t in ET.fromstring(svg).iter(SVG + "text")]
 
 
 def _fill(table: str, rows: Sequence[Mapping[str, object]]) -> pa.Table:
@@ -284,12 +297,22 @@ def test_card_figures(state: tuple[Settings, DatasetVersion], card: DatasetCard)
     md = card.markdown
     for name, data in card.plots.items():
         assert f"]({name})" in md
-        assert data.startswith(PNG_SIGNATURE)
+        assert ET.fromstring(data).tag == SVG + "svg"
     assert sorted(card.plots) == [
-        "characters_per_document.png",
-        "tokens_per_document.png",
-        "waterfall.png",
+        "characters_per_document.svg",
+        "tokens_per_document.svg",
+        "waterfall.svg",
     ]
+    # Each bar of the waterfall names its rule and count; the histogram's bars hold every
+    # final document, by tooltip, and the percentiles are in the legend.
+    waterfall = _bar_tooltips(card.plots["waterfall.svg"])
+    assert waterfall[0] == "records in: 13" and waterfall[-1] == "documents kept: 6"
+    assert "raw: exact_duplicate: -2" in waterfall and "raw: record_too_large: -1" in waterfall
+    tokens = _bar_tooltips(card.plots["tokens_per_document.svg"])
+    assert sum(int(t.split()[0].replace(",", "")) for t in tokens) == 6
+    legend = _texts(card.plots["tokens_per_document.svg"])
+    percentiles = [t for t in legend if t.startswith("p")]
+    assert percentiles[:2] == ["p50 15", "p90 65"] and percentiles[2] in ("p99 96", "p99 97")
     assert "| raw_documents | 13 | 3 | 10 | exact_duplicate 2, record_too_large 1 |" in md
     assert "| exact | raw_documents | 2 | 13 | 15.38% |" in md
     assert "| EMAIL | 3 | 2 |" in md
@@ -335,7 +358,7 @@ def test_card_files(
     store = open_object_store(settings)
     uris = write_card_to_store(card, store, "cards/web@v1/")
     assert uris[-1] == store.uri("cards/web@v1/dataset_card.md")
-    assert store.read_bytes("cards/web@v1/waterfall.png") == card.plots["waterfall.png"]
+    assert store.read_bytes("cards/web@v1/waterfall.svg") == card.plots["waterfall.svg"]
 
 
 def test_card_of_version_whose_documents_were_all_dropped(fm_settings: Settings) -> None:
@@ -382,4 +405,28 @@ def test_card_of_version_whose_documents_were_all_dropped(fm_settings: Settings)
     assert s["dedup"]["near"]["ratio"] == 0.0  # type: ignore[index]
     assert s["lengths"] == {"tokens": None, "characters": None}
     assert "No PII was redacted" in card.markdown
-    assert all(data.startswith(PNG_SIGNATURE) for data in card.plots.values())
+    assert _texts(card.plots["tokens_per_document.svg"]).count("no documents") == 1
+    assert _bar_tooltips(card.plots["tokens_per_document.svg"]) == []
+    assert _bar_tooltips(card.plots["waterfall.svg"])[-1] == "documents kept: 0"
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "integer", "expected"),
+    [
+        (0, 13, True, [0, 5, 10, 15]),
+        (5, 100, False, [0, 20, 40, 60, 80, 100]),
+        (0, 3, True, [0, 1, 2, 3]),
+        (7, 7, False, None),  # one value: still an axis around it
+    ],
+)
+def test_axis_ticks_cover_the_data_in_round_steps(
+    low: float, high: float, integer: bool, expected: list[float] | None
+) -> None:
+    from fm_assets.cards.svg import nice_ticks
+
+    ticks = nice_ticks(low, high, 6, integer=integer)
+    if expected is not None:
+        assert ticks == expected
+    assert ticks[0] <= low and ticks[-1] >= high and len(ticks) <= 7
+    steps = {round(b - a, 9) for a, b in itertools.pairwise(ticks)}
+    assert len(steps) == 1

@@ -214,9 +214,9 @@ def test_shard_set_is_published_in_the_bucket(platform: S3Platform) -> None:
         f"{prefix}/card/{name}"
         for name in (
             "dataset_card.md",
-            "waterfall.png",
-            "tokens_per_document.png",
-            "characters_per_document.png",
+            "waterfall.svg",
+            "tokens_per_document.svg",
+            "characters_per_document.svg",
         )
     }
     assert set(objects) == {

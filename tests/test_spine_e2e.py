@@ -462,9 +462,9 @@ def test_dataset_card_is_attached_to_the_version_and_written_next_to_the_shard_s
     assert spine.version_key in markdown and "near_duplicate" in markdown
     # The version's card, copied: the shard set's build does not draw it again.
     assert markdown == store.read_bytes(f"cards/{spine.version_key}/dataset_card.md").decode()
-    for plot in ("waterfall.png", "tokens_per_document.png"):
+    for plot in ("waterfall.svg", "tokens_per_document.svg"):
         assert f"]({plot})" in markdown
-        assert store.read_bytes(f"{card_dir}/{plot}").startswith(b"\x89PNG\r\n\x1a\n")
+        assert store.read_bytes(f"{card_dir}/{plot}").startswith(b"<?xml")
     instance = operations.dagster_instance(spine.settings)
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(

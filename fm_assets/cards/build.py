@@ -1,4 +1,4 @@
-"""Dataset cards: a Markdown page and PNG plots describing one dataset version, and where they go.
+"""Dataset cards: a Markdown page and SVG plots describing one dataset version, and where they go.
 
 `build_card` reads the version's counts (`data.py`), draws the plots (`plots.py`) and renders the
 page (`markdown.py`); `write_card` and `write_card_to_store` write the files, plots first.
@@ -32,7 +32,7 @@ class DatasetCard:
 
     version_key: str
     markdown: str
-    plots: dict[str, bytes]  # file name -> PNG bytes, referenced by name from the Markdown
+    plots: dict[str, bytes]  # file name -> SVG bytes, referenced by name from the Markdown
     summary: dict[str, object]  # the card's figures, JSON-able, for asset metadata
 
 
