@@ -91,9 +91,16 @@ def register_classifier(
     catalog.append_rows(settings, "quality_classifiers", pa.Table.from_pylist([row]))
     if make_default:
         _set_default(settings, digest)
-    return ClassifierInfo(
-        digest, row["uri"], report.recipe_version, row["holdout_accuracy"], summary
+    # As a later lookup reads it back: the report as stored (JSON).
+    info = ClassifierInfo(
+        digest,
+        row["uri"],
+        report.recipe_version,
+        row["holdout_accuracy"],
+        json.loads(row["report"]),
     )
+    _registered[(settings.catalog_uri, digest)] = info
+    return info
 
 
 def find_classifier(settings: Settings, model_sha256: str) -> ClassifierInfo | None:
