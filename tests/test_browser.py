@@ -153,7 +153,7 @@ def test_a_data_engineer_materializes_a_landing_batch_from_the_ui(
             break
         time.sleep(2)
     why = {r["runId"]: production.run_errors(r["runId"]) for r in runs}
-    assert len(runs) == 1, (runs, why)
+    assert len(runs) == 1, f"runs of {batch_id}: {runs}\nwhat they said: {why}"
     (run,) = runs
     assert run["status"] == "SUCCESS" and why == {run["runId"]: []}, why
     # What the engineer sees: the run's page says Success, the partition says Materialized.

@@ -16,6 +16,7 @@ The driver holds file lists, counts and object references; rows move worker to w
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -77,18 +78,25 @@ def run_near_dedup(
         sketched[i] = sketch.remote(source, slices[i], i, config)
         return sketched[i][0]
 
-    rows_in = sum(run_tasks(submit_sketch, len(slices), progress=progress, label="sketch"))
-
     # The batch's data namespace's own index: near dedup never reads another namespace's.
     namespace = source.namespace
+    others = catalog.where_not_equal("batch_id", batch_id)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="near-dedup-plan") as planner:
+        # Other batches' index and shingle files do not depend on this batch's sketches: the
+        # driver plans them (a scan of every manifest of each table) while the workers sketch.
+        planned = [
+            planner.submit(plan_files, settings, name, others, None, namespace)
+            for name in ("neardup_index", "neardup_shingles")
+        ]
+        rows_in = sum(run_tasks(submit_sketch, len(slices), progress=progress, label="sketch"))
+        other_index, other_shingles = (plan.result() for plan in planned)
+
     index = table_handle(settings, "neardup_index", namespace)
     shingles = table_handle(settings, "neardup_shingles", namespace)
-    others = catalog.where_not_equal("batch_id", batch_id)
     routes = min(len(slices), MAX_ROUTES) or 1
     band_groups = task_groups(bands, cpus, rows_in, BAND_ROWS_PER_TASK)
     bucket_groups = task_groups(SHINGLE_BUCKETS, cpus, rows_in, SHINGLE_ROWS_PER_TASK)
     candidates = remote(band_candidates, num_returns=1 + routes)
-    other_index = plan_files(settings, "neardup_index", others, None, namespace)
     by_band = _files_by_band(index, other_index, bands)
     paired: list[list[Any]] = [  # type: ignore[misc]
         candidates.remote(
@@ -103,7 +111,7 @@ def run_near_dedup(
     ]
     # Files of other batches' shingle sets (and the index's band-0 rows, which held them before
     # `neardup_shingles` existed): put once, shared by every confirming task.
-    stored = ray.put(plan_files(settings, "neardup_shingles", others, None, namespace))
+    stored = ray.put(other_shingles)
     legacy = ray.put(by_band[0])
     shingle_refs = [[refs[1 + bands + k] for k in range(SHINGLE_BUCKETS)] for refs in sketched]
     confirm = remote(confirm_pairs)

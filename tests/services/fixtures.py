@@ -201,12 +201,15 @@ class Production:
         """What a run's failure events say (step and run failures, error-level messages)."""
         query = """query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection {
             events { __typename ... on MessageEvent { message level }
-                ... on ExecutionStepFailureEvent { stepKey error { message } }
-                ... on RunFailureEvent { error { message } } } } } }"""
+                ... on ExecutionStepFailureEvent { stepKey error { message causes { message } } }
+                ... on RunFailureEvent { error { message causes { message } } } } } } }"""
         events = self.graphql(query, {"id": run_id})["logsForRun"].get("events", [])
         said = []
         for event in events:
-            error = (event.get("error") or {}).get("message")
+            failure = event.get("error") or {}
+            # A step's error says which op failed; what went wrong is in its causes.
+            causes = [c.get("message", "") for c in failure.get("causes") or []]
+            error = " <- ".join([failure["message"], *causes]) if failure.get("message") else None
             if error or event.get("level") == "ERROR" or "Failure" in event["__typename"]:
                 said.append(
                     f"{event['__typename']} {event.get('stepKey') or ''}: "
