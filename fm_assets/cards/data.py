@@ -10,6 +10,7 @@ its batches was midway then; a waterfall row's `unaccounted` then shows the gap)
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -128,37 +129,38 @@ def _snapshot(
     return snapshot.snapshot_id if snapshot is not None else None
 
 
+def _pinned(settings: Settings, version: DatasetVersion, table: str) -> Iterator[tuple[str, int]]:
+    """(data namespace, snapshot id) of `table` as the version sees it, where it had rows."""
+    for namespace in version.namespaces:
+        snapshot_id = _snapshot(settings, version, table, namespace)
+        if snapshot_id is not None:
+            yield namespace, snapshot_id
+
+
 def _read(
     settings: Settings, version: DatasetVersion, table: str, columns: tuple[str, ...]
 ) -> pa.Table:
     """The rows of the version's batches in `table`, from every data namespace it holds."""
     schema = catalog.table_schema(table)
     parts = [pa.schema([schema.field(c) for c in columns]).empty_table()]
-    for namespace in version.namespaces:
-        snapshot_id = _snapshot(settings, version, table, namespace)
-        if snapshot_id is not None:
-            where = catalog.where_in("batch_id", list(version.batches))
-            parts.append(
-                catalog.read_table(
-                    settings, table, where, snapshot_id, columns, namespace=namespace
-                )
-            )
+    where = catalog.where_in("batch_id", list(version.batches))
+    for namespace, snapshot_id in _pinned(settings, version, table):
+        parts.append(
+            catalog.read_table(settings, table, where, snapshot_id, columns, namespace=namespace)
+        )
     return pa.concat_tables(parts)
 
 
 def _count(settings: Settings, version: DatasetVersion, table: str) -> int:
     """How many rows of the version's batches `table` holds: from the data files' record counts
     (the filter selects whole `batch_id` partitions), no rows read."""
-    total = 0
-    for namespace in version.namespaces:
-        snapshot_id = _snapshot(settings, version, table, namespace)
-        if snapshot_id is not None:
-            scan = catalog.load_table(settings, table, namespace=namespace).scan(
-                row_filter=catalog.where_in("batch_id", list(version.batches)),
-                snapshot_id=snapshot_id,
-            )
-            total += scan.count()
-    return total
+    where = catalog.where_in("batch_id", list(version.batches))
+    return sum(
+        catalog.load_table(settings, table, namespace=namespace)
+        .scan(row_filter=where, snapshot_id=snapshot_id)
+        .count()
+        for namespace, snapshot_id in _pinned(settings, version, table)
+    )
 
 
 def _final_documents(settings: Settings, version: DatasetVersion) -> pa.Table:

@@ -25,7 +25,6 @@ class SvgCanvas:
     """An SVG image built element by element; `to_bytes` closes it."""
 
     def __init__(self, width: float, height: float, title: str) -> None:
-        self.width, self.height = width, height
         self._parts = [
             "<?xml version='1.0' encoding='UTF-8'?>",
             f"<svg xmlns='http://www.w3.org/2000/svg' width='{_n(width)}' "
