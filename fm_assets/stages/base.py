@@ -133,16 +133,17 @@ def split_kept(
     `new_columns` hold values for every input row (None where rejected); `rejects` are
     (row index, rule, reason) for the rows not kept.
     """
-    mask = pa.array(keep_mask, type=pa.bool_())
+    # Usually every row is kept: then a filter would only copy every column (the text, tokens).
+    mask = None if all(keep_mask) else pa.array(keep_mask, type=pa.bool_())
     columns: dict[str, pa.Array | pa.ChunkedArray] = {}
     for column in output_schema:
         if column.name in new_columns:
             values = new_columns[column.name]
             if not isinstance(values, pa.Array):
                 values = pa.array(values, type=column.type)
-            columns[column.name] = values.filter(mask)
         else:
-            columns[column.name] = batch.column(column.name).filter(mask)
+            values = batch.column(column.name)
+        columns[column.name] = values if mask is None else values.filter(mask)
     kept = pa.table(columns, schema=output_schema)
     bad = quarantine_rows(
         [

@@ -70,18 +70,20 @@ class TokenizeStage(Stage):
         encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=False)  # type: ignore[attr-defined]
         eos = eos_token_id(tokenizer) if self.append_eos else None
         ids = [np.asarray(e.ids, dtype=np.int32) for e in encodings]
-        if eos is not None:
-            ids = [np.append(a, np.int32(eos)) for a in ids]
-        lengths = np.fromiter((len(a) for a in ids), dtype=np.int64, count=len(ids))
-        keep = (lengths > (1 if eos is not None else 0)).tolist()
+        extra = 0 if eos is None else 1
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)) + extra
+        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        # One concatenation with the EOS between documents: no per-document append copies.
+        end = np.array([] if eos is None else [eos], dtype=np.int32)
+        parts = [p for a in ids for p in (a, end)] if extra else ids
+        flat = np.concatenate(parts) if parts else np.empty(0, dtype=np.int32)
+        keep = (lengths > extra).tolist()
         rejects = [
             (i, "no_tokens", "the tokenizer produced no tokens")
             for i, k in enumerate(keep)
             if not k
         ]
-        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        flat = np.concatenate(ids) if ids else np.empty(0, dtype=np.int32)
         tokens = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat))
         return split_kept(
             batch,
