@@ -25,7 +25,8 @@ from fm_assets.execution import pipeline
 from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog
-from tests.paths import ARTICLE_GROUND_TRUTH, NEOX_TOKENIZER, REPO, SHARED_DATA
+from tests.articles import long_articles, near_copy
+from tests.paths import NEOX_TOKENIZER, REPO, SHARED_DATA
 
 pytestmark = pytest.mark.slow
 
@@ -43,25 +44,6 @@ class Curated:
     originals: dict[str, str]  # JSONL id -> text of batch 1
     copies: dict[str, str]  # batch-2 id -> batch-1 id it copies
     classifier: str
-
-
-def _articles() -> list[tuple[str, str]]:
-    truth = json.loads(ARTICLE_GROUND_TRUTH.read_text())
-    bodies = [(key, v["articleBody"]) for key, v in sorted(truth.items())]
-    # Long, mostly-ASCII articles (English and a few other Latin-script languages).
-    return [
-        (k, b)
-        for k, b in bodies
-        if len(b.split()) > 300 and sum(c.isascii() for c in b) / len(b) > 0.97
-    ][:24]
-
-
-def _edit(text: str, seed: int) -> str:
-    words = text.split()
-    rng = random.Random(seed)
-    for i in rng.sample(range(len(words)), max(1, len(words) // 60)):
-        words[i] = words[i].upper()[::-1]
-    return " ".join(words)
 
 
 def _write_jsonl(path: Path, records: list[dict[str, str]]) -> Path:
@@ -113,7 +95,7 @@ sha256 = "{classifier}"
 min_score = 0.05
 """
     )
-    articles = _articles()
+    articles = long_articles(24)
     first = [{"id": k, "text": t} for k, t in articles[:16]]
     first[0]["text"] += PII_TEXT
     bad = [
@@ -130,7 +112,8 @@ min_score = 0.05
     operations.run_batch(settings, batch1.batch_id, lambda message: None)
     copies = {f"copy-{k}": k for k, _ in articles[1:7]}
     second = [
-        {"id": c, "text": _edit(dict(articles)[k], i)} for i, (c, k) in enumerate(copies.items())
+        {"id": c, "text": near_copy(dict(articles)[k], i)}
+        for i, (c, k) in enumerate(copies.items())
     ]
     second += [{"id": k, "text": t} for k, t in articles[16:24]]
     batch2, _ = operations.land(
@@ -244,7 +227,9 @@ def test_near_copies_in_a_later_batch_point_at_the_kept_document(curated: Curate
 
 def test_pii_is_redacted_and_audited_without_the_values(curated: Curated) -> None:
     text = str(
-        _by_external_id(curated, "pii_redacted_documents", curated.first)[_articles()[0][0]]["text"]
+        _by_external_id(curated, "pii_redacted_documents", curated.first)[long_articles(24)[0][0]][
+            "text"
+        ]
     )
     for value in ("jane.doe@example.org", "555-0134", "8.8.4.4", "4111 1111 1111 1111"):
         assert value not in text
@@ -253,7 +238,7 @@ def test_pii_is_redacted_and_audited_without_the_values(curated: Curated) -> Non
     assert Counter(r["kind"] for r in audit) >= Counter(
         {"EMAIL": 1, "PHONE": 1, "IP_ADDRESS": 1, "CREDIT_CARD": 1}
     )
-    original = curated.originals[_articles()[0][0]]
+    original = curated.originals[long_articles(24)[0][0]]
     for r in audit:
         assert set(r) == {"batch_id", "doc_id", "kind", "start", "end", "rule_version"}
         assert 0 <= int(r["start"]) < int(r["end"]) <= len(original)

@@ -24,6 +24,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
 
 from fm_assets.execution.compute import Progress, get, remote, run_tasks
+from fm_assets.execution.near_dedup_compaction import compact
 from fm_assets.execution.near_dedup_tasks import (
     SHINGLE_BUCKETS,
     band_candidates,
@@ -36,13 +37,11 @@ from fm_assets.execution.planning import table_slices, task_groups
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, write_result
 from fm_assets.settings import Settings
 from fm_assets.stages.neardup import NearDupStage
-from fm_assets.storage import catalog
 from fm_assets.storage.data_files import (
     TableHandle,
-    partition_value,
-    plan_files,
     read_files,
     table_handle,
+    value_range,
 )
 
 MAX_ROUTES = 64
@@ -80,12 +79,13 @@ def run_near_dedup(
 
     # The batch's data namespace's own index: near dedup never reads another namespace's.
     namespace = source.namespace
-    others = catalog.where_not_equal("batch_id", batch_id)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="near-dedup-plan") as planner:
         # Other batches' index and shingle files do not depend on this batch's sketches: the
-        # driver plans them (a scan of every manifest of each table) while the workers sketch.
+        # driver compacts and plans them (a scan of every manifest of each table) while the
+        # workers sketch. The plan holds this batch's own rows only on a rerun, and the readers
+        # skip them by `batch_id`.
         planned = [
-            planner.submit(plan_files, settings, name, others, None, namespace)
+            planner.submit(compact, settings, name, namespace, progress)
             for name in ("neardup_index", "neardup_shingles")
         ]
         rows_in = sum(run_tasks(submit_sketch, len(slices), progress=progress, label="sketch"))
@@ -97,12 +97,11 @@ def run_near_dedup(
     band_groups = task_groups(bands, cpus, rows_in, BAND_ROWS_PER_TASK)
     bucket_groups = task_groups(SHINGLE_BUCKETS, cpus, rows_in, SHINGLE_ROWS_PER_TASK)
     candidates = remote(band_candidates, num_returns=1 + routes)
-    by_band = _files_by_band(index, other_index, bands)
     paired: list[list[Any]] = [  # type: ignore[misc]
         candidates.remote(
             group,
             index,
-            [by_band[b] for b in group],
+            _files_holding(index, other_index, "band", group),
             batch_id,
             routes,
             *[refs[1 + b] for b in group for refs in sketched],
@@ -112,7 +111,7 @@ def run_near_dedup(
     # Files of other batches' shingle sets (and the index's band-0 rows, which held them before
     # `neardup_shingles` existed): put once, shared by every confirming task.
     stored = ray.put(other_shingles)
-    legacy = ray.put(by_band[0])
+    legacy = ray.put(_files_holding(index, other_index, "band", [0]))
     shingle_refs = [[refs[1 + bands + k] for k in range(SHINGLE_BUCKETS)] for refs in sketched]
     confirm = remote(confirm_pairs)
     confirmed = [
@@ -178,19 +177,18 @@ def run_near_dedup(
     return outcomes, extra
 
 
-def _files_by_band(
-    index: TableHandle, files: list[FileScanTask], bands: int
-) -> list[list[FileScanTask]]:
-    """Other batches' index files per band, from one scan plan (not one per band): a file
-    written under an older spec, without the band partition, goes to every band (its readers
-    filter rows by band)."""
-    grouped: list[list[FileScanTask]] = [[] for _ in range(bands)]
+def _files_holding(
+    handle: TableHandle, files: list[FileScanTask], column: str, values: Sequence[int]
+) -> list[FileScanTask]:
+    """The files of one scan plan whose `column` (a partition, or the file's statistics: files
+    of the unpartitioned layout hold a range of bands) may hold one of `values`."""
+    low, high = min(values), max(values)
+    chosen = []
     for task in files:
-        band = partition_value(index, task, "band")
-        for b in range(bands) if band is None else [int(band)]:  # type: ignore[call-overload]
-            if b < bands:
-                grouped[b].append(task)
-    return grouped
+        found = value_range(handle, task, column)
+        if found is None or (found[0] <= high and low <= found[1]):
+            chosen.append(task)
+    return chosen
 
 
 def _write_slice(

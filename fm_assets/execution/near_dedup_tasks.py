@@ -17,7 +17,7 @@ from pyiceberg.table import FileScanTask
 from fm_assets.curation.minhash.signatures import MinHashConfig, jaccard, sketch
 from fm_assets.execution.planning import tables_by_part
 from fm_assets.storage import catalog
-from fm_assets.storage.data_files import TableHandle, partition_value, read_files
+from fm_assets.storage.data_files import TableHandle, read_files, value_range
 
 SHINGLE_BUCKETS = 16
 # A band hash shared by a huge cluster of a batch's documents would make quadratic pairs; each
@@ -95,19 +95,36 @@ def sketch_slice(
 def band_candidates(
     bands: Sequence[int],
     others: TableHandle,
-    other_files: Sequence[list[FileScanTask]],
+    other_files: Sequence[FileScanTask],
     batch_id: str,
     routes: int,
     *tables: pa.Table,
 ) -> tuple[Any, ...]:
     """Candidate pairs of a group of bands (`tables`: each band's slice tables in turn, band by
-    band; `other_files`: each band's files of other batches): (preexisting positions, then pairs
-    routed by the slice of `pos`), the bands' answers merged."""
-    found = [
-        _one_band_candidates(band, others, files, batch_id, routes, *band_tables)
-        for (band, band_tables), files in zip(
-            tables_by_part(bands, tables), other_files, strict=True
+    band; `other_files`: the index files of other batches that hold any of these bands, each
+    read once for the whole group): (preexisting positions, then pairs routed by the slice of
+    `pos`), the bands' answers merged."""
+    earlier = (
+        read_files(
+            others,
+            other_files,
+            ("doc_id", "band", "band_hash", "batch_id"),
+            # Files hold several bands (and older ones every band); the batch's own rows (a
+            # rerun's) are never "another batch's", whatever files the scan could not prune.
+            catalog.where_all(
+                catalog.where_in("band", list(bands)),
+                catalog.where_not_equal("batch_id", batch_id),
+            ),
         )
+        if other_files and bands
+        else _INDEX_LOOKUP.empty_table()
+    )
+    band_of_row = earlier.column("band").to_numpy()
+    found = [
+        _one_band_candidates(
+            band, earlier.filter(pa.array(band_of_row == band)), batch_id, routes, *band_tables
+        )
+        for band, band_tables in tables_by_part(bands, tables)
     ]
     preexisting = pa.concat_arrays([f[0] for f in found]) if found else pa.array([], pa.int64())
     routed = [
@@ -119,30 +136,16 @@ def band_candidates(
 
 def _one_band_candidates(
     band: int,
-    others: TableHandle,
-    other_files: list[FileScanTask],
+    earlier: pa.Table,
     batch_id: str,
     routes: int,
     *tables: pa.Table,
 ) -> tuple[Any, ...]:
-    """Candidate pairs sharing one band's hash: (this batch's preexisting positions, then pairs
-    routed by the slice of `pos`). A document whose id another batch already indexed is
-    *preexisting*: kept as it is, without new index rows."""
+    """Candidate pairs sharing one band's hash (`earlier`: other batches' rows of the band):
+    (this batch's preexisting positions, then pairs routed by the slice of `pos`). A document
+    whose id another batch already indexed is *preexisting*: kept as it is, without new index
+    rows."""
     batch = pa.concat_tables(tables) if tables else BAND_ROWS.empty_table()
-    earlier = (
-        read_files(
-            others,
-            other_files,
-            ("doc_id", "band_hash", "batch_id"),
-            # Files of older versions hold every band; and the batch's own rows (a rerun's) are
-            # never "another batch's", whatever files the scan could not prune.
-            catalog.where_all(
-                catalog.where_equal("band", band), catalog.where_not_equal("batch_id", batch_id)
-            ),
-        )
-        if other_files
-        else pa.table({"doc_id": [], "band_hash": [], "batch_id": []}, schema=_INDEX_LOOKUP)
-    )
     known = set(earlier.column("doc_id").to_pylist())
     ids = batch.column("doc_id").to_pylist()
     preexisting = sorted(
@@ -190,6 +193,7 @@ def _one_band_candidates(
 _INDEX_LOOKUP = pa.schema(
     [
         pa.field("doc_id", pa.string()),
+        pa.field("band", pa.int32()),
         pa.field("band_hash", pa.int64()),
         pa.field("batch_id", pa.string()),
     ]
@@ -277,7 +281,7 @@ def stored_shingles(
         return {}
     wanted = set(doc_ids)
     buckets = {shingle_bucket(d) for d in wanted}
-    chosen = [f for f in files if partition_value(stored, f, "bucket") in buckets]
+    chosen = [f for f in files if _may_hold(value_range(stored, f, "bucket"), buckets)]
     table = read_files(
         stored, chosen, ("doc_id", "shingle_hashes"), catalog.where_in("doc_id", sorted(wanted))
     )
@@ -290,6 +294,11 @@ def stored_shingles(
         if doc in wanted:
             found[doc] = np.asarray(values, dtype=np.int64).view(np.uint64)
     return found
+
+
+def _may_hold(found: tuple[int, int] | None, wanted: set[int]) -> bool:
+    """Whether a file whose values span `found` (None: unknown) may hold one of `wanted`."""
+    return found is None or any(found[0] <= w <= found[1] for w in wanted)
 
 
 def legacy_shingles(

@@ -1,6 +1,6 @@
 """The Ray tasks that write a near-dedup decision into the namespace's index: the kept
-documents' band hashes (`neardup_index`, partitioned by band) and shingle sets
-(`neardup_shingles`, by bucket). `execution.near_dedup` orchestrates them."""
+documents' band hashes (`neardup_index`) and shingle sets (`neardup_shingles`), one data file
+per task, sorted by band or bucket. `execution.near_dedup` orchestrates them."""
 
 from __future__ import annotations
 
@@ -40,23 +40,27 @@ def write_band(
     *band_tables: pa.Table,
 ) -> list[Any]:
     """This batch's `neardup_index` rows of a group of bands (`band_tables`: each band's slice
-    tables in turn): its kept documents' band hashes, one band's files after another's."""
-    files: list[Any] = []
+    tables in turn): its kept documents' band hashes, as one data file sorted by band (then
+    hash), so a reader of one band reads only the row groups holding it."""
+    parts: list[pa.Table] = []
     for band, tables in tables_by_part(bands, band_tables):
         rows = _kept(tables, BAND_ROWS, duplicates, preexisting)
         n = rows.num_rows
-        table = pa.table(
-            {
-                "batch_id": pa.array([batch_id] * n, pa.string()),
-                "doc_id": rows.column("doc_id"),
-                "band": pa.array([band] * n, pa.int32()),
-                "band_hash": rows.column("band_hash"),
-                "shingle_hashes": pa.nulls(n, pa.list_(pa.int64())),
-                "index_config": pa.array([config.index_config] * n, pa.string()),
-            }
+        parts.append(
+            pa.table(
+                {
+                    "batch_id": pa.array([batch_id] * n, pa.string()),
+                    "doc_id": rows.column("doc_id"),
+                    "band": pa.array([band] * n, pa.int32()),
+                    "band_hash": rows.column("band_hash"),
+                    "shingle_hashes": pa.nulls(n, pa.list_(pa.int64())),
+                    "index_config": pa.array([config.index_config] * n, pa.string()),
+                }
+            ).sort_by("band_hash")
         )
-        files += write_files(index, table, write_id, 2_000_000 + band)
-    return files
+    if not parts:
+        return []
+    return write_files(index, pa.concat_tables(parts), write_id, 2_000_000 + bands[0])
 
 
 def write_shingles(
@@ -69,18 +73,22 @@ def write_shingles(
     *bucket_tables: pa.Table,
 ) -> list[Any]:
     """This batch's `neardup_shingles` rows of a group of buckets (`bucket_tables`: each
-    bucket's slice tables in turn): its kept documents' shingle sets, bucket after bucket."""
-    files: list[Any] = []
+    bucket's slice tables in turn): its kept documents' shingle sets, as one data file sorted
+    by bucket, then document id."""
+    parts: list[pa.Table] = []
     for bucket, tables in tables_by_part(buckets, bucket_tables):
         rows = _kept(tables, SHINGLES, duplicates, preexisting)
         n = rows.num_rows
-        table = pa.table(
-            {
-                "batch_id": pa.array([batch_id] * n, pa.string()),
-                "bucket": pa.array([bucket] * n, pa.int32()),
-                "doc_id": rows.column("doc_id"),
-                "shingle_hashes": rows.column("shingle_hashes"),
-            }
+        parts.append(
+            pa.table(
+                {
+                    "batch_id": pa.array([batch_id] * n, pa.string()),
+                    "bucket": pa.array([bucket] * n, pa.int32()),
+                    "doc_id": rows.column("doc_id"),
+                    "shingle_hashes": rows.column("shingle_hashes"),
+                }
+            ).sort_by("doc_id")
         )
-        files += write_files(stored, table, write_id, 3_000_000 + bucket)
-    return files
+    if not parts:
+        return []
+    return write_files(stored, pa.concat_tables(parts), write_id, 3_000_000 + buckets[0])

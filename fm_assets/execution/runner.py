@@ -133,6 +133,10 @@ def up_to_date(settings: Settings, stage_name: str, batch_id: str) -> str | None
     return plan.stage_key if last is not None and last["stage_key"] == plan.stage_key else None
 
 
+# Stages that decide against a namespace-wide index, and what their lock is called.
+NAMESPACE_WIDE = {RawStage.name: "exact dedup", NearDupStage.name: "near dedup"}
+
+
 def run_stage(
     settings: Settings,
     stage_name: str,
@@ -150,14 +154,14 @@ def run_stage(
         locks.enter_context(
             exclusive(settings, f"stage {stage_name} of batch {batch_id}", progress)
         )
-        if stage_name == RawStage.name:
-            # Exact dedup reads every other batch's document_index rows, then commits its own:
-            # one raw stage at a time per data namespace (each has its own index), or two
-            # batches holding the same record would both keep it.
+        if stage_name in NAMESPACE_WIDE:
+            # Dedup reads every other batch's index rows, then commits its own: one run at a
+            # time per data namespace (each has its own index), or two batches holding the
+            # same document would both keep it. (Dagster's `neardup` pool says the same for its
+            # runs; this holds for every caller, and lets near dedup compact its index.)
             namespace = catalog.batch_namespace(settings, batch_id)
-            locks.enter_context(
-                exclusive(settings, f"exact dedup ({namespace} document_index)", progress)
-            )
+            what = NAMESPACE_WIDE[stage_name]
+            locks.enter_context(exclusive(settings, f"{what} ({namespace} index)", progress))
         return _run_stage(settings, stage_name, batch_id, run_id, progress)
 
 
@@ -316,10 +320,16 @@ def _commit(
         properties,
         namespace,
     )
-    for name in (*outputs.side, *extra_files):
+    for name in outputs.side:
         _commit_unless_unchanged(
             settings, name, this_batch, files.get(name, []), properties, namespace
         )
+    for name in extra_files:
+        # Tables of many batches' rows (the near-dup index, compacted across batches): a delete
+        # by `batch_id` would read every merged file, so it runs only on a rerun.
+        wrote = _written_by(settings, name, batch_id, namespace)
+        replace = this_batch if wrote else catalog.NOTHING
+        _commit_unless_unchanged(settings, name, replace, files[name], properties, namespace)
     output_properties = properties | {
         "fm.code_version": stage.version,
         "fm.config_hash": stage.config_hash(),
@@ -330,6 +340,16 @@ def _commit(
     }
     return commit_files(
         settings, stage.name, this_batch, files.get(stage.name, []), output_properties, namespace
+    )
+
+
+def _written_by(settings: Settings, name: str, batch_id: str, namespace: str) -> bool:
+    """Whether any commit for `batch_id` ever wrote to table `name` (snapshots are never
+    expired, so every row of the batch came with such a snapshot)."""
+    table = catalog.load_table(settings, name, namespace=namespace)
+    return any(
+        s.summary is not None and s.summary.get("fm.batch_id") == batch_id
+        for s in table.metadata.snapshots
     )
 
 

@@ -25,7 +25,15 @@ from pyiceberg.exceptions import (
     NoSuchNamespaceError,
     NoSuchTableError,
 )
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, In, NotEqualTo
+from pyiceberg.expressions import (
+    AlwaysFalse,
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    EqualTo,
+    In,
+    NotEqualTo,
+)
 from pyiceberg.table import Table
 
 from fm_assets.settings import Settings
@@ -34,6 +42,7 @@ from fm_assets.storage.avro_schemas import convert_schemas_once
 from fm_assets.storage.landing import NAMESPACE_NAME, read_manifest
 from fm_assets.storage.objectstore import iceberg_s3_properties, open_object_store
 from fm_assets.storage.parquet_checksums import write_page_checksums
+from fm_assets.storage.partitioning import align_partitions, partition_columns
 from fm_assets.storage.sql_catalog import CachingSqlCatalog
 from fm_assets.storage.tables import table_spec
 from fm_assets.storage.transactions import share_frozen_metadata_parts, transaction
@@ -44,6 +53,7 @@ convert_schemas_once()
 share_frozen_metadata_parts()
 _lock = threading.Lock()
 ALWAYS_TRUE: BooleanExpression = AlwaysTrue()
+NOTHING: BooleanExpression = AlwaysFalse()  # a commit's `replace` that removes no row
 # Concurrent runs (two batches, a backfill) commit to the same tables; a commit that lost the
 # race is retried on the refreshed table (pyiceberg re-applies the overwrite's filter), so no
 # commit is lost. pyiceberg's default of 4 retries is thin for several writers on one table.
@@ -178,8 +188,8 @@ def _load_table(settings: Settings, name: str, identifier: str, namespace: str |
     except NoSuchTableError:
         pass
     else:
-        if len(table.spec().fields) < len(spec.partition_by):
-            _partition(catalog, identifier, table, spec.partition_by)
+        if set(partition_columns(table)) != set(spec.partition_by):
+            align_partitions(catalog, identifier, table, spec.partition_by, _lock)
             table = catalog.load_table(identifier)
         if set(spec.schema.names) - set(table.schema().column_names):
             _add_columns(catalog, identifier, table, spec.schema)
@@ -198,7 +208,7 @@ def _load_table(settings: Settings, name: str, identifier: str, namespace: str |
         table = catalog.create_table_if_not_exists(
             identifier, schema=spec.schema, properties=COMMIT_RETRY_PROPERTIES
         )
-    _partition(catalog, identifier, table, spec.partition_by)
+    align_partitions(catalog, identifier, table, spec.partition_by, _lock)
     return catalog.load_table(identifier)
 
 
@@ -222,32 +232,6 @@ def _add_columns(catalog: Catalog, identifier: str, table: Table, schema: pa.Sch
                 raise
 
 
-def _partition(catalog: Catalog, identifier: str, table: Table, columns: tuple[str, ...]) -> None:
-    """Partition a new table, unless another process (creating it too) did so first."""
-    with _lock:
-        try:
-            _add_partitions(table, columns)
-        except CommitFailedException:
-            table = catalog.load_table(identifier)
-            if len(table.spec().fields) < len(columns):
-                raise
-
-
-def _add_partitions(table: Table, columns: tuple[str, ...]) -> None:
-    """Give `table` an identity partition on each of `columns` it is not yet partitioned by.
-
-    A table created by an older platform keeps its old files in the old spec; new files use the
-    new one, so partition-aligned replacements become metadata-only from then on.
-    """
-    schema = table.schema()
-    present = {schema.find_field(f.source_id).name for f in table.spec().fields}
-    missing = [c for c in columns if c not in present]
-    if missing:
-        with table.update_spec() as update:
-            for column in missing:
-                update.add_identity(column)
-
-
 def where_equal(column: str, value: str | int) -> BooleanExpression:
     """Rows whose `column` equals `value` (pyiceberg's pydantic constructors defeat mypy)."""
     return EqualTo(column, value)  # type: ignore[call-arg, arg-type]
@@ -257,7 +241,7 @@ def where_not_equal(column: str, value: str) -> BooleanExpression:
     return NotEqualTo(column, value)  # type: ignore[call-arg, arg-type]
 
 
-def where_in(column: str, values: list[str]) -> BooleanExpression:
+def where_in(column: str, values: list[str] | list[int]) -> BooleanExpression:
     return In(column, values)  # type: ignore[call-arg, arg-type]
 
 

@@ -14,19 +14,21 @@ from __future__ import annotations
 import hashlib
 import uuid
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-from pyiceberg.expressions import BooleanExpression
+from pyiceberg.conversions import from_bytes
+from pyiceberg.expressions import AlwaysFalse, BooleanExpression
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import ArrowScan, write_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
-from pyiceberg.table import FileScanTask, Table, WriteTask
+from pyiceberg.table import FileScanTask, Table, Transaction, WriteTask
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.types import PrimitiveType
 
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
@@ -84,6 +86,22 @@ def partition_value(handle: TableHandle, task: FileScanTask, column: str) -> obj
             if schema.find_field(field.source_id).name == column:
                 return task.file.partition[position]
     return None
+
+
+def value_range(handle: TableHandle, task: FileScanTask, column: str) -> tuple[int, int] | None:
+    """The [lowest, highest] value of integer `column` in a data file: its identity partition
+    value, else the file's column statistics; None when the file says nothing of it."""
+    value = partition_value(handle, task, column)
+    if value is not None:
+        return int(value), int(value)  # type: ignore[call-overload]
+    field = handle.metadata.schema().find_field(column)
+    if not isinstance(field.field_type, PrimitiveType):
+        return None
+    lower = (task.file.lower_bounds or {}).get(field.field_id)
+    upper = (task.file.upper_bounds or {}).get(field.field_id)
+    if lower is None or upper is None:
+        return None
+    return int(from_bytes(field.field_type, lower)), int(from_bytes(field.field_type, upper))  # type: ignore[call-overload]
 
 
 def read_files(
@@ -174,7 +192,61 @@ def commit_files(
 ) -> int:
     """One transaction: remove the rows matching `replace` and add `data_files`; return the new
     snapshot id. Readers see the old rows or the new ones, never a mix; a crash before the commit
-    leaves the old snapshot in place."""
+    leaves the old snapshot in place. `catalog.NOTHING` removes nothing (and reads nothing)."""
+
+    def apply(tx: Transaction, table: Table, properties: dict[str, str]) -> None:
+        if not isinstance(replace, AlwaysFalse):
+            with warnings.catch_warnings():
+                # A first run of a batch has nothing to delete; pyiceberg warns, harmlessly.
+                warnings.filterwarnings("ignore", message="Delete operation did not match")
+                tx.delete(replace, snapshot_properties=properties)
+        with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
+            for data_file in data_files:
+                append.append_data_file(data_file)
+
+    return _commit_once(settings, name, namespace, apply, data_files, properties)
+
+
+class FilesGone(RuntimeError):
+    """A file `replace_files` was to remove is no longer in the table."""
+
+
+def replace_files(
+    settings: Settings,
+    name: str,
+    old: Sequence[DataFile],
+    new: Sequence[DataFile],
+    properties: dict[str, str],
+    namespace: str | None = None,
+) -> int:
+    """One snapshot that removes the data files `old` and adds `new` (a compaction: the same
+    rows in other files); return its id. Raises `FilesGone` if another commit removed one of
+    `old` first (the rows would then be added twice)."""
+    wanted = {f.file_path for f in old}
+
+    def apply(tx: Transaction, table: Table, properties: dict[str, str]) -> None:
+        current = {t.file.file_path for t in table.scan().plan_files()}
+        if wanted - current:
+            raise FilesGone(f"{len(wanted - current)} files of {name} were replaced meanwhile")
+        with tx.update_snapshot(snapshot_properties=properties).overwrite() as overwrite:
+            for data_file in old:
+                overwrite.delete_data_file(data_file)
+            for data_file in new:
+                overwrite.append_data_file(data_file)
+
+    return _commit_once(settings, name, namespace, apply, new, properties)
+
+
+def _commit_once(
+    settings: Settings,
+    name: str,
+    namespace: str | None,
+    apply: Callable[[Transaction, Table, dict[str, str]], None],
+    data_files: Sequence[DataFile],
+    properties: dict[str, str],
+) -> int:
+    """Commit `apply`'s changes in one transaction, retried without ever landing twice; pin the
+    checksums of the metadata and data files it added."""
     commit_id = uuid.uuid4().hex
     properties = {**properties, COMMIT_ID: commit_id}
 
@@ -183,14 +255,8 @@ def commit_files(
         done = _snapshot_of_commit(table, commit_id)
         if done is not None:
             return done  # an earlier attempt landed but its answer was lost: do not commit twice
-        with warnings.catch_warnings():
-            # A first run of a batch has nothing to delete; pyiceberg warns about that, harmlessly.
-            warnings.filterwarnings("ignore", message="Delete operation did not match any records")
-            with transaction(table) as tx:
-                tx.delete(replace, snapshot_properties=properties)
-                with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
-                    for data_file in data_files:
-                        append.append_data_file(data_file)
+        with transaction(table) as tx:
+            apply(tx, table, properties)
         snapshot = _snapshot_of_commit(table.refresh(), commit_id)
         if snapshot is None:
             raise RuntimeError(f"table {name} does not show commit {commit_id} after committing")

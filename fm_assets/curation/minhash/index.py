@@ -34,18 +34,21 @@ NEARDUP_INDEX_SCHEMA = pa.schema(
 
 
 # The near-duplicate index of one data namespace: band hashes of every kept document of every batch
-# landed into it (each namespace keeps its own, like every table naming documents). Partitioned
-# by band as well, so deciding one band reads only that band's files (a pruned scan). Rows written
-# by older platform versions carry the document's shingle set on its band-0 row.
+# landed into it (each namespace keeps its own, like every table naming documents). Unpartitioned,
+# so that the small files of many batches can be compacted into one (`near_dedup_compaction`):
+# each file is sorted by band, and a scan for one band skips the files (and row groups) whose
+# band statistics exclude it. Files of older platform versions sit under the (batch_id, band)
+# spec until compaction rewrites them; their band-0 rows may carry the document's shingle set.
 declare(
     TableSpec(
         "neardup_index",
         pa.schema([pa.field("batch_id", pa.string(), nullable=False), *NEARDUP_INDEX_SCHEMA]),
-        ("batch_id", "band"),
+        (),
         per_namespace=True,
     ),
-    # Every kept document's shingle set, by bucket of its id: what exact-Jaccard confirmation of
-    # a candidate from another batch reads (one bucket's files, never the whole index).
+    # Every kept document's shingle set, with the bucket of its id: what exact-Jaccard
+    # confirmation of a candidate from another batch reads. Files are sorted by (bucket, doc_id),
+    # so a lookup reads the files and row groups whose statistics hold its ids.
     TableSpec(
         "neardup_shingles",
         pa.schema(
@@ -56,7 +59,7 @@ declare(
                 pa.field("shingle_hashes", pa.list_(pa.int64()), nullable=False),
             ]
         ),
-        ("batch_id", "bucket"),
+        (),
         per_namespace=True,
     ),
 )
