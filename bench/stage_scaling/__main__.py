@@ -10,6 +10,9 @@ One run, every figure from that run, written to `bench/results/stage_scaling.md`
 2. In each 1-CPU subprocess, after Ray has shut down, every stage's `process`
    called directly on its input table read back from Iceberg, pinned to one core: the stage's
    own work without Ray or Iceberg, so `run_stage` at 1 CPU minus it is the fixed overhead.
+3. After each repeat's pair of runs, the machine's own two-core ceiling (`ceiling`): the
+   extract stage's extractor over the article-benchmark pages in one process, then in two at
+   once, to read the pipeline's speed-up against what this machine gives two processes.
 
 Ray start-up is timed but not counted; each worker first runs the whole pipeline once on a
 small warm-up batch in another FM_HOME, so Ray's worker processes have started and loaded their
@@ -45,6 +48,7 @@ from bench.harness import (
     rerun_command,
     write_report,
 )
+from bench.stage_scaling import ceiling
 from bench.stage_scaling.machine import wait_for_quiet
 from bench.stage_scaling.report import CPU_COUNTS, Report
 
@@ -77,6 +81,7 @@ def drive(repeats: int, max_wait_s: float, command: str, keep: bool, replicas: i
     root = Path(tempfile.mkdtemp(prefix="fm_bench_scaling_", dir="/tmp"))
     log(f"working under {root}; load average {'/'.join(f'{v:.2f}' for v in run_start.load)}")
     runs: list[dict[str, Any]] = []
+    ceilings: list[dict[str, Any]] = []
     built = corpus.build(root / "data", replicas)
     log(f"{built.documents} documents in {len(built.files)} WARCs")
     try:
@@ -88,6 +93,12 @@ def drive(repeats: int, max_wait_s: float, command: str, keep: bool, replicas: i
                 log(f"{cpus} CPU(s), repeat {repeat + 1}: others used {others:.2f} cores")
                 run = run_worker(cpus, run_root, root / "data")
                 runs.append({**run, "waited_s": waited, "others_at_start": others})
+            wait_for_quiet(max_wait_s)
+            ceilings.extend(c.as_json() for c in ceiling.measure(ARTICLE_HTML_FILES, 1))
+            log(
+                f"machine ceiling: {ceilings[-1]['alone_s']:.2f} s alone, "
+                f"{ceilings[-1]['together_s']:.2f} s two at once"
+            )
     finally:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -96,6 +107,7 @@ def drive(repeats: int, max_wait_s: float, command: str, keep: bool, replicas: i
         max_wait_s=max_wait_s,
         sizes=data_sizes(built),
         runs=runs,
+        ceilings=ceilings,
     )
 
 

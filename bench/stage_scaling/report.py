@@ -25,6 +25,7 @@ class Report:
     max_wait_s: float
     sizes: dict[str, float]
     runs: list[dict[str, Any]]
+    ceilings: list[dict[str, Any]]  # `ceiling.Ceiling.as_json()` of each measurement
 
     def values(self, cpus: int, stage: str, key: str) -> list[float]:
         """`key` of `stage` in every run with `cpus` CPUs, in run order."""
@@ -145,6 +146,7 @@ class Report:
             f"{met(median(one) / median(two) >= 1.7 and docs >= 2000)} "
             f"({median(one) / median(two):.2f}× on {docs:,} documents).",
             "",
+            *self._ceiling_lines(median(one) / median(two)),
             *self._phase_section(),
             *self._reading_section(),
             *self._runs_section(),
@@ -201,6 +203,29 @@ class Report:
                 f"| {self.alone(name, 'process_cpu_s'):.2f} | {busy} | {others} |"
             )
         return [*lines, ""]
+
+    def ceiling_speedups(self) -> list[float]:
+        return [2 * c["alone_s"] / c["together_s"] for c in self.ceilings]
+
+    def _ceiling_lines(self, pipeline_speedup: float) -> list[str]:
+        """The machine's own two-process ceiling next to the pipeline's speed-up."""
+        if not self.ceilings:
+            return []
+        found = self.ceiling_speedups()
+        first = self.ceilings[0]
+        return [
+            "The machine's own ceiling, measured after each pair of runs "
+            "(`bench/stage_scaling/ceiling.py`): the extract stage's extractor "
+            f"(`trafilatura_text`) over the {first['pages']} article-benchmark pages, no Ray "
+            f"and no Iceberg, took {median([c['alone_s'] for c in self.ceilings]):.2f} s in "
+            f"one process and {median([c['together_s'] for c in self.ceilings]):.2f} s in two "
+            f"processes at once: two processes did **{median(found):.2f}×** the work per "
+            "second of one (ideal 2.0; "
+            f"{', '.join(f'{v:.2f}×' for v in found)} in run order). Against it the whole "
+            f"pipeline's speed-up is **{pipeline_speedup / median(found):.2f}** of what this "
+            "machine gives two processes of its heaviest work.",
+            "",
+        ]
 
     def _reading_section(self) -> list[str]:
         from fm_assets.execution import pipeline
