@@ -26,7 +26,6 @@ class Ceiling:
     pages: int
     alone_s: float  # one process, the other idle
     together_s: float  # first start to last end of the two processes running at once
-    overlap_s: float  # how long both ran at the same time
 
     @property
     def speedup(self) -> float:
@@ -57,8 +56,6 @@ def measure(paths: Sequence[Path], repeats: int) -> list[Ceiling]:
         for _ in range(repeats):
             start, end = pool.apply(_extract_all, (paths,))
             both = pool.map(_extract_all, [paths, paths], chunksize=1)
-            first = min(s for s, _ in both)
-            last = max(e for _, e in both)
-            overlap = min(e for _, e in both) - max(s for s, _ in both)
-            found.append(Ceiling(len(paths), end - start, last - first, max(0.0, overlap)))
+            together = max(e for _, e in both) - min(s for s, _ in both)
+            found.append(Ceiling(len(paths), end - start, together))
     return found

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.harness import MB, Stamp, median, median_and_range, met
+from bench.stage_scaling.ceiling import Ceiling
 from bench.stage_scaling.machine import QUIET_CORES
 
 CPU_COUNTS = (1, 2)
@@ -204,14 +205,11 @@ class Report:
             )
         return [*lines, ""]
 
-    def ceiling_speedups(self) -> list[float]:
-        return [2 * c["alone_s"] / c["together_s"] for c in self.ceilings]
-
     def _ceiling_lines(self, pipeline_speedup: float) -> list[str]:
         """The machine's own two-process ceiling next to the pipeline's speed-up."""
         if not self.ceilings:
             return []
-        found = self.ceiling_speedups()
+        found = [Ceiling(**c).speedup for c in self.ceilings]
         first = self.ceilings[0]
         return [
             "The machine's own ceiling, measured after each pair of runs "
