@@ -64,7 +64,7 @@ def test_batches_whose_raw_stages_run_at_once_keep_each_record_once(
         for batch_id in reversed(batches)  # the latest published starts first
     ]
     errors = [run.communicate(timeout=600)[1] for run in runs]
-    assert [run.returncode for run in runs] == [0, 0, 0], errors
+    assert [run.returncode for run in runs] == [0, 0, 0], "\n\n".join(e[-4000:] for e in errors)
 
     kept = Counter(
         catalog.read_table(settings, "raw_documents", namespace="cloud")
@@ -185,7 +185,13 @@ def test_two_sensor_ticks_racing_over_batches_landed_at_once_process_each_once(
         for r in requests
     ]
     errors = [run.communicate(timeout=900)[1] for run in runs]
-    assert [run.returncode for run in runs] == [0] * len(runs), [e[-2000:] for e in errors]
+    # A string, not a list: pytest shortens the repr of any other object to a few hundred chars.
+    failed = "\n\n".join(
+        f"run {n} ({r.partition_key}) exited {run.returncode}:\n{error[-4000:]}"
+        for n, (r, run, error) in enumerate(zip(requests, runs, errors, strict=True))
+        if run.returncode != 0
+    )
+    assert [run.returncode for run in runs] == [0] * len(runs), failed
 
     committed = Counter((r["batch_id"], r["stage"]) for r in stage_runs(settings))
     assert set(committed) == {(b, s) for b in batches for s in pipeline.STAGE_NAMES}

@@ -291,7 +291,7 @@ def test_two_runs_of_one_batch_at_once_process_it_once(ray_address: str, tmp_pat
         for _ in range(2)
     ]
     outputs = [p.communicate(timeout=RUN_TIMEOUT_S)[1] for p in with_two]
-    assert [p.returncode for p in with_two] == [0, 0], outputs
+    assert [p.returncode for p in with_two] == [0, 0], "\n\n".join(o[-4000:] for o in outputs)
     committed = [(r["batch_id"], r["stage"]) for r in stage_runs(settings)]
     assert sorted(committed) == sorted((batch_id, s) for s in pipeline.STAGE_NAMES), (
         "a stage of the batch was committed twice"

@@ -11,7 +11,7 @@ from fm_assets.checks.table import BATCH_CHECKS, BatchSubject, evaluate, stage_d
 from fm_assets.curation.approval import approval_gate
 from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.landing import LANDING_BATCH
-from fm_assets.defs.partitions import landing_batches, quality_classifiers
+from fm_assets.defs.partitions import add_partition_keys, landing_batches, quality_classifiers
 from fm_assets.defs.progress import progress_logger
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.execution import pipeline
@@ -50,7 +50,7 @@ def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.A
             # A sensor's run needs the default classifier too: train it where the recipe's
             # data is (else this fails naming the command), and show it in the registry.
             digest = ensure_default_classifier(settings, progress)
-            context.instance.add_dynamic_partitions(quality_classifiers.name, [digest])
+            add_partition_keys(context.instance, quality_classifiers, [digest])
             context.instance.report_runless_asset_event(
                 dg.AssetMaterialization(
                     dg.AssetKey("quality_classifier_registry"),

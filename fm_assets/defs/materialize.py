@@ -15,7 +15,7 @@ import dagster as dg
 
 from fm_assets.defs import build_definitions
 from fm_assets.defs.instance import ensure_dagster_home, ensure_pool_limits
-from fm_assets.defs.partitions import shard_set_partitions
+from fm_assets.defs.partitions import add_partition_keys, shard_set_partitions
 from fm_assets.defs.run_health import SlotWatch, process_tags, reap_dead_runs
 from fm_assets.settings import Settings
 from fm_assets.storage.locks import exclusive
@@ -53,10 +53,8 @@ def dagster_instance(settings: Settings) -> dg.DagsterInstance:
 def add_partitions(
     settings: Settings, partitions_def: dg.DynamicPartitionsDefinition, keys: list[str]
 ) -> None:
-    """Add keys to a dynamic partitions definition (idempotent)."""
-    if partitions_def.name is None:
-        raise ValueError("only named dynamic partitions can be added to")
-    dagster_instance(settings).add_dynamic_partitions(partitions_def.name, keys)
+    """Add keys to a dynamic partitions definition (idempotent, safe from several processes)."""
+    add_partition_keys(dagster_instance(settings), partitions_def, keys)
 
 
 def shard_set_partition(version_key: str, config: str) -> dg.MultiPartitionKey:

@@ -2,7 +2,12 @@
 
 import dagster as dg
 
-from fm_assets.defs.partitions import dataset_versions, revocations, shard_configs
+from fm_assets.defs.partitions import (
+    add_partition_keys,
+    dataset_versions,
+    revocations,
+    shard_configs,
+)
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.defs.versions import DATASET_VERSION
 from fm_assets.shards.revoke import cut_replacements
@@ -26,9 +31,9 @@ def revocation(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.Material
     record = require_revocation(settings, context.partition_key)
     plan = cut_replacements(settings, record)
     # The replacements' partitions exist from here on, whoever materializes them.
-    context.instance.add_dynamic_partitions(dataset_versions.name, plan.replacement_versions)
+    add_partition_keys(context.instance, dataset_versions, plan.replacement_versions)
     configs = sorted({str(s.old["shard_config"]) for s in plan.shard_sets if s.build})
-    context.instance.add_dynamic_partitions(shard_configs.name, configs)
+    add_partition_keys(context.instance, shard_configs, configs)
     return dg.MaterializeResult(
         metadata={
             "criterion": record.criterion,
