@@ -33,8 +33,7 @@ def batch_id(production: Production, tmp_path_factory: pytest.TempPathFactory) -
     the only run of this batch. Afterwards the sensor's cursor is moved past the batch (as an
     operator skips one), so later tests' sensor runs leave it alone."""
     production.wait_for_code_location()
-    production.set_sensor(running=False)
-    production.wait_for_sensor_idle()
+    production.stop_sensor()
     source = tmp_path_factory.mktemp("browser-batch") / "pages.jsonl"
     source.write_text(
         "\n".join(

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from fm_loader import make_dataset, make_loader, probe
+from fm_loader.metrics import STALL_BOUND
 from tests.paths import REPO
 from tests.shard_sets import Built, SetShape
 
@@ -23,15 +24,18 @@ def set_shape() -> SetShape:
 def test_a_slow_trainer_is_the_bottleneck_and_the_dataset_does_not_move(web: Built) -> None:
     dataset = make_dataset(str(web.directory), seed=2)
     before = dataset.state_dict()
-    report = probe(dataset, step=0.05, steps=8, warmup_steps=2, batch_size=4, num_workers=2)
+    # A step of 0.2 s: the loader needs a few ms a batch, so it keeps up with room to spare
+    # even when other work on a loaded machine delays a worker by tens of ms (at 0.05 s a step,
+    # one 20 ms hiccup over 8 steps read as loader-bound on a busy CI machine).
+    report = probe(dataset, step=0.2, steps=8, warmup_steps=3, batch_size=4, num_workers=2)
     assert report.bottleneck == "trainer" and report.verdict().startswith("trainer-bound")
-    # Both loops take at least the step's 50 ms; the loader keeps up, so they are close.
-    assert report.real.step_s >= 0.05 and report.synthetic.step_s >= 0.05
+    # Both loops take at least the step's 200 ms; the loader keeps up, so they are close.
+    assert report.real.step_s >= 0.2 and report.synthetic.step_s >= 0.2
     assert report.real.stall_fraction < 0.05 and report.synthetic.wait_s < 0.001
     assert report.real.samples_per_s == pytest.approx(4 / report.real.step_s, rel=0.05)
     figures = report.loader_metrics  # the same figures a trainer logs from loader.metrics
     assert figures["synthetic_step_s"] == report.synthetic.step_s
-    assert figures["trainer_per_step_s"] >= 0.045
+    assert figures["trainer_per_step_s"] >= 0.18
     assert dataset.state_dict() == before
 
 
@@ -40,9 +44,11 @@ def test_a_trainer_that_does_nothing_waits_for_the_loader(web: Built) -> None:
         return None
 
     dataset = make_dataset(str(web.directory))
-    report = probe(dataset, step=nothing, steps=30, warmup_steps=2, batch_size=4, num_workers=0)
+    report = probe(dataset, step=nothing, steps=100, warmup_steps=2, batch_size=4, num_workers=0)
     assert report.bottleneck == "loader" and report.verdict().startswith("loader-bound")
-    assert report.real.stall_fraction > 0.5, report.real
+    # Well above the bound, not near 1: the probe's own count of samples and tokens (~0.1 ms a
+    # step) is trainer time beside the in-process hand-over (~0.2 ms); measured 0.51-0.83 here.
+    assert report.real.stall_fraction > 5 * STALL_BOUND, report.real
     assert report.slowdown > 1
 
 

@@ -69,7 +69,7 @@ def _s3_credentials_in_this_process() -> Iterator[None]:
 def cli_path(production: Production) -> CliPath:
     """The operator's path with `fm`: register a tokenizer, land, run, version, shards."""
     production.wait_for_code_location()
-    production.set_sensor(running=False)  # nothing may race `fm run` for this batch
+    production.stop_sensor()  # nothing may race `fm run` for this batch
     inputs = _sample(production.home.parent / "batch-a", seed=7)
     production.fm("tokenizer", "register", str(NEOX_TOKENIZER), "--default")
     batch_id = _last_line(

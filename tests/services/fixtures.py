@@ -38,6 +38,9 @@ from tests.services.ray_cluster import RayCluster, ray_cluster
 from tests.services.s3 import S3Server, seaweedfs_s3
 
 LANDING_SENSOR = "new_landing_batch_sensor"
+# The daemon's pass over its sensors starts every 5 s; a pass's ticks start within it, even on
+# a loaded machine, this long after the pass read the sensors' states.
+SENSOR_PASS_SETTLE_S = 12.0
 
 
 @pytest.fixture(scope="session")
@@ -183,6 +186,19 @@ class Production:
             data = self.graphql(query, {"id": sensor_id})["stopSensor"]
         if data["__typename"] in ("PythonError", "UnauthorizedError"):
             raise AssertionError(f"could not {'start' if running else 'stop'} {name}: {data}")
+
+    def stop_sensor(self, name: str = LANDING_SENSOR) -> None:
+        """Stop a sensor and return once no tick of it can still start or is running.
+
+        The daemon reads which sensors run at the start of each pass (every 5 s) and then ticks
+        them one after another without looking again, so a pass that read the sensor as running
+        just before the stop still ticks it after (seen in CI: such a tick requested a run of a
+        batch landed after the stop). Waiting out a pass before looking for a running tick
+        closes that window.
+        """
+        self.set_sensor(running=False, name=name)
+        time.sleep(SENSOR_PASS_SETTLE_S)
+        self.wait_for_sensor_idle(name)
 
     def wait_for_sensor_idle(self, name: str = LANDING_SENSOR, timeout_s: float = 120) -> None:
         """Until no tick of the sensor is being evaluated. A stopped sensor finishes the tick it
