@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
+from fm_assets.settings import Settings
 from tests.paths import ARTICLE_GROUND_TRUTH
+
+Records = list[tuple[str, str]]
 
 
 def long_articles(count: int) -> list[tuple[str, str]]:
@@ -28,3 +32,29 @@ def near_copy(text: str, seed: int) -> str:
     for i in rng.sample(range(len(words)), max(1, len(words) // 60)):
         words[i] = words[i].upper()[::-1]
     return " ".join(words)
+
+
+def articles_policy(min_words: int = 40) -> str:
+    """A policy (TOML) for source `articles`: English, Gopher rules with `min_words`, no
+    classifier: near dedup sees every long English article."""
+    return f"""
+[datasets.articles]
+allowed_languages = ["en"]
+min_language_score = 0.5
+quality_rule_sets = ["gopher_v1"]
+[datasets.articles.quality_thresholds]
+gopher_min_words = {min_words}
+[datasets.articles.classifier]
+sha256 = "none"
+"""
+
+
+def land_articles(settings: Settings, directory: Path, name: str, records: Records) -> str:
+    """Land (key, text) `records` as `<directory>/<name>.jsonl` from source `articles`; return
+    the batch id."""
+    from fm_assets.commands import operations
+
+    path = directory / f"{name}.jsonl"
+    path.write_text("".join(json.dumps({"id": k, "text": t}) + "\n" for k, t in records))
+    manifest, _ = operations.land(settings, [path], source="articles", license="MIT")
+    return manifest.batch_id

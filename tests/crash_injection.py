@@ -61,7 +61,8 @@ TASKS = frozenset(
         "resolve",
         "write_band",
         "write_shingles",
-        "_write_slice",
+        "write_slice",
+        "decide_one_slice",
         "_process",
     }
 )

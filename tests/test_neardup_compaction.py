@@ -3,14 +3,14 @@ replacing their own rows inside merged files, and an index written under the old
 (partitioned by batch and band, shingles on band-0 rows) read, then merged.
 
 Real articles from the shared extraction benchmark go through the stages on Ray up to
-`near_deduplicated_documents`; compaction starts at 3 small files here (8 in production), so a
-few batches exercise it.
+`near_deduplicated_documents`, each test on both of the stage's paths (a small batch decided in
+one task, and the same batches spread over the cluster); compaction starts at two batches'
+small files here (8 files in production), so a few batches exercise it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,28 +19,17 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from fm_assets.commands import operations
 from fm_assets.curation.minhash.index import NearDupIndex
-from fm_assets.execution import near_dedup_compaction, pipeline
+from fm_assets.execution import near_dedup_compaction, near_dedup_small, pipeline
 from fm_assets.execution.runner import run_stage
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog
 from fm_assets.storage.tables import table_spec
-from tests.articles import long_articles, near_copy
+from tests.articles import articles_policy, land_articles, long_articles, near_copy
 
 pytestmark = pytest.mark.slow
 
 NEAR_DEDUP = "near_deduplicated_documents"
-POLICY = """
-[datasets.articles]
-allowed_languages = ["en"]
-min_language_score = 0.5
-quality_rule_sets = ["gopher_v1"]
-[datasets.articles.quality_thresholds]
-gopher_min_words = {min_words}
-[datasets.articles.classifier]
-sha256 = "none"
-"""
 
 
 @dataclass
@@ -48,19 +37,17 @@ class Home:
     settings: Settings
     root: Path
     articles: list[tuple[str, str]]
+    files_per_batch: int
 
     def land(self, name: str, records: list[tuple[str, str]]) -> str:
-        path = self.root / f"{name}.jsonl"
-        path.write_text("".join(json.dumps({"id": k, "text": t}) + "\n" for k, t in records))
-        manifest, _ = operations.land(self.settings, [path], source="articles", license="MIT")
-        return manifest.batch_id
+        return land_articles(self.settings, self.root, name, records)
 
     def through_near_dedup(self, batch_id: str) -> None:
         for stage in pipeline.STAGE_NAMES[: pipeline.STAGE_NAMES.index(NEAR_DEDUP) + 1]:
             run_stage(self.settings, stage, batch_id)
 
     def policy(self, min_words: int) -> None:
-        (self.root / "policies.toml").write_text(POLICY.format(min_words=min_words))
+        (self.root / "policies.toml").write_text(articles_policy(min_words))
 
     def index_rows(self) -> list[dict[str, object]]:
         return catalog.read_table(self.settings, "neardup_index", namespace="cloud").to_pylist()
@@ -78,13 +65,26 @@ class Home:
         return [t.file.file_path for t in loaded.scan().plan_files()]
 
 
-@pytest.fixture
-def home(ray_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
+# How many index files (and shingle files) one small batch's run writes: one from the one-task
+# path (`near_dedup_small`), one per band group (a group per CPU) when the work is spread.
+FILES_PER_BATCH = {"one_task": 1, "spread": 2}
+
+
+@pytest.fixture(params=sorted(FILES_PER_BATCH))
+def home(
+    request: pytest.FixtureRequest,
+    ray_session: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Home]:
     monkeypatch.setenv("FM_HOME", str(tmp_path / "fm"))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "fm" / "dagster"))
     monkeypatch.setenv("FM_POLICY_FILE", str(tmp_path / "policies.toml"))
-    monkeypatch.setattr(near_dedup_compaction, "COMPACT_AT", 3)
-    made = Home(load_settings(), tmp_path, long_articles(20))
+    if request.param == "spread":
+        monkeypatch.setattr(near_dedup_small, "ONE_TASK_ROWS", 0)
+    # Two batches' files are enough to merge, on either path.
+    monkeypatch.setattr(near_dedup_compaction, "COMPACT_AT", 2 * FILES_PER_BATCH[request.param])
+    made = Home(load_settings(), tmp_path, long_articles(20), FILES_PER_BATCH[request.param])
     made.policy(min_words=40)
     yield made
 
@@ -112,8 +112,8 @@ def test_compacted_index_finds_the_copies_and_a_rerun_replaces_its_rows(home: Ho
     home.through_near_dedup(first)
     fresh = home.land("fresh", articles[6:8])
     home.through_near_dedup(fresh)
-    # Two batches wrote their index files (a file per band group); the third batch's run
-    # merges them before reading, then decides its copies against the merged file.
+    # Two batches wrote their index files; the third batch's run merges them before reading,
+    # then decides its copies against the merged file.
     copies = {f"copy-{k}": k for k, _ in articles[1:4]}
     texts = dict(articles)
     later = home.land(
@@ -191,11 +191,11 @@ def test_an_index_of_the_old_layout_is_read_then_merged(
     assert set(found) == set(copies)
     for copy, original in copies.items():
         assert old_ids[original] in found[copy]
-    assert len(home.files("neardup_index")) == 14 + 2  # and the new batch's, one per band group
+    assert len(home.files("neardup_index")) == 14 + home.files_per_batch  # and the new batch's
 
     # The next batch's run merges the old files with the new: the index lists the old batch's
     # rows and the new batches', in files of the unpartitioned layout, and finds copies of both.
-    monkeypatch.setattr(near_dedup_compaction, "COMPACT_AT", 3)
+    monkeypatch.setattr(near_dedup_compaction, "COMPACT_AT", 3)  # the old 14 and the new
     new_ids = _doc_ids(home, "raw_documents", batch)
     again = home.land(
         "next",

@@ -10,6 +10,8 @@ shingle bucket) at a time.
               confirmed pairs only
     write     per slice its documents; per band its index rows; per bucket its shingle sets
 
+A batch of one small slice runs the same steps in one task instead (`near_dedup_small`).
+
 The driver holds file lists, counts and object references; rows move worker to worker.
 """
 
@@ -19,30 +21,26 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import pyarrow as pa
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
 
 from fm_assets.execution.compute import Progress, get, remote, run_tasks
 from fm_assets.execution.near_dedup_compaction import compact
+from fm_assets.execution.near_dedup_small import decided_in_one_task, run_in_one_task
 from fm_assets.execution.near_dedup_tasks import (
     SHINGLE_BUCKETS,
     band_candidates,
     confirm_pairs,
+    files_holding,
     resolve,
     sketch_slice,
 )
-from fm_assets.execution.near_dedup_writes import write_band, write_shingles
+from fm_assets.execution.near_dedup_writes import write_band, write_shingles, write_slice
 from fm_assets.execution.planning import table_slices, task_groups
-from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, write_result
+from fm_assets.execution.slice_tasks import Outputs, SliceOutcome
 from fm_assets.settings import Settings
 from fm_assets.stages.neardup import NearDupStage
-from fm_assets.storage.data_files import (
-    TableHandle,
-    read_files,
-    table_handle,
-    value_range,
-)
+from fm_assets.storage.data_files import TableHandle, table_handle
 
 MAX_ROUTES = 64
 # Rows one grouped task takes at most: band rows are ~100 bytes (hash, position, id), shingle
@@ -69,6 +67,8 @@ def run_near_dedup(
     if len(slices) >= 1 << 31:
         raise ValueError("a batch of over 2**31 slices cannot be near-deduplicated at once")
     progress(f"{stage.name}: {len(files)} input files of {batch_id} in {len(slices)} slices")
+    if decided_in_one_task(files, slices):
+        return run_in_one_task(settings, stage, source, slices[0], outputs, progress)
     sketch = remote(sketch_slice, num_returns=1 + bands + SHINGLE_BUCKETS)
     sketched: list[list[Any]] = [[] for _ in slices]
 
@@ -101,7 +101,7 @@ def run_near_dedup(
         candidates.remote(
             group,
             index,
-            _files_holding(index, other_index, "band", group),
+            files_holding(index, other_index, "band", group),
             batch_id,
             routes,
             *[refs[1 + b] for b in group for refs in sketched],
@@ -111,7 +111,7 @@ def run_near_dedup(
     # Files of other batches' shingle sets (and the index's band-0 rows, which held them before
     # `neardup_shingles` existed): put once, shared by every confirming task.
     stored = ray.put(other_shingles)
-    legacy = ray.put(_files_holding(index, other_index, "band", [0]))
+    legacy = ray.put(files_holding(index, other_index, "band", [0]))
     shingle_refs = [[refs[1 + bands + k] for k in range(SHINGLE_BUCKETS)] for refs in sketched]
     confirm = remote(confirm_pairs)
     confirmed = [
@@ -136,7 +136,7 @@ def run_near_dedup(
     band_writer, bucket_writer, writer = (
         remote(write_band),
         remote(write_shingles),
-        remote(_write_slice),
+        remote(write_slice),
     )
     first_bucket, first_slice = len(band_groups), len(band_groups) + len(bucket_groups)
 
@@ -175,43 +175,3 @@ def run_near_dedup(
         "neardup_shingles": [f for files_ in shingle_files for f in files_],
     }
     return outcomes, extra
-
-
-def _files_holding(
-    handle: TableHandle, files: list[FileScanTask], column: str, values: Sequence[int]
-) -> list[FileScanTask]:
-    """The files of one scan plan whose `column` (a partition, or the file's statistics: files
-    of the unpartitioned layout hold a range of bands) may hold one of `values`."""
-    low, high = min(values), max(values)
-    chosen = []
-    for task in files:
-        found = value_range(handle, task, column)
-        if found is None or (found[0] <= high and low <= found[1]):
-            chosen.append(task)
-    return chosen
-
-
-def _write_slice(
-    stage: NearDupStage,
-    source: TableHandle,
-    tasks: list[FileScanTask],
-    slice_no: int,
-    duplicates: pa.Table,
-    outputs: Outputs,
-) -> SliceOutcome:
-    """Read the slice again, quarantine its near-duplicates, write its data files."""
-    batch = read_files(source, tasks)
-    mine = {
-        pos & 0xFFFFFFFF: (doc, home, j)
-        for pos, doc, home, j in zip(
-            *(
-                duplicates.column(c).to_pylist()
-                for c in ("pos", "duplicate_of", "batch", "jaccard")
-            ),
-            strict=True,
-        )
-        if pos >> 32 == slice_no
-    }
-    result = stage.apply(batch, mine)
-    bytes_in = sum(t.file.file_size_in_bytes for t in tasks)
-    return write_result(result, outputs, slice_no, records_in=batch.num_rows, bytes_in=bytes_in)

@@ -66,7 +66,11 @@ def sketch_slice(
     source: TableHandle, tasks: list[FileScanTask], slice_no: int, config: MinHashConfig
 ) -> tuple[Any, ...]:
     """(row count, one BAND_ROWS table per band, one SHINGLES table per bucket) of a slice."""
-    docs = read_files(source, tasks, ("doc_id", "text"))
+    return sketch_rows(read_files(source, tasks, ("doc_id", "text")), slice_no, config)
+
+
+def sketch_rows(docs: pa.Table, slice_no: int, config: MinHashConfig) -> tuple[Any, ...]:
+    """`sketch_slice` of a slice's rows already read (`doc_id` and `text` columns at least)."""
     made = sketch(docs.column("text").to_pylist(), config)
     doc_ids = docs.column("doc_id").to_pylist()
     active = [i for i, s in enumerate(made.shingles) if s.size]
@@ -212,9 +216,10 @@ def confirm_pairs(
 ) -> pa.Table:
     """The pairs of this slice's documents whose exact shingle Jaccard reaches the threshold.
 
-    `shingle_refs[slice][bucket]` are the batch's shingle tables, fetched only where a partner
-    lives; other batches' shingles come from `stored` (the `neardup_shingles` table), or for
-    batches indexed before it existed, from the band-0 rows of `index`.
+    `shingle_refs[slice][bucket]` are the batch's shingle tables (object references, fetched
+    only where a partner lives, or the tables themselves); other batches' shingles come from
+    `stored` (the `neardup_shingles` table), or for batches indexed before it existed, from the
+    band-0 rows of `index`.
     """
     import ray
 
@@ -233,7 +238,8 @@ def confirm_pairs(
             need.add((partner_pos >> 32, shingle_bucket(doc)))
     shingles_of_pos: dict[int, np.ndarray[Any, Any]] = {}
     for s, k in sorted(need):
-        table = ray.get(shingle_refs[s][k])
+        held = shingle_refs[s][k]  # a reference, or the table itself in a one-task run
+        table = held if isinstance(held, pa.Table) else ray.get(held)
         for p, values in zip(
             table.column("pos").to_pylist(),
             table.column("shingle_hashes").to_numpy(zero_copy_only=False),
@@ -356,3 +362,17 @@ def resolve(preexisting: Sequence[pa.Array], *confirmed: pa.Table) -> tuple[pa.T
         }
     table = pa.Table.from_pylist(list(duplicates.values()), schema=DUPLICATES)
     return table, table.num_rows
+
+
+def files_holding(
+    handle: TableHandle, files: list[FileScanTask], column: str, values: Sequence[int]
+) -> list[FileScanTask]:
+    """The files of one scan plan whose `column` (a partition, or the file's statistics: files
+    of the unpartitioned layout hold a range of bands) may hold one of `values`."""
+    low, high = min(values), max(values)
+    chosen = []
+    for task in files:
+        found = value_range(handle, task, column)
+        if found is None or (found[0] <= high and low <= found[1]):
+            chosen.append(task)
+    return chosen

@@ -1,0 +1,147 @@
+"""The near-duplicate stage on a small batch: the very steps of `execution.near_dedup` (sketch,
+candidates, confirm, resolve, write), called one after another inside a single Ray task.
+
+Spread over the cluster, a batch goes through five dependent rounds of tasks (about eight
+tasks on two CPUs), and on a batch of a few dozen documents those hand-offs, not the work, are
+the stage's time: ~0.1 s of Ray round trips against ~3 ms of MinHash. A batch of one slice and
+at most `ONE_TASK_ROWS` documents gains nothing from spreading, so its decision is made where
+its rows already are: one task reads the slice, decides against the namespace's index (read by
+band and by bucket as the spread path reads it) and writes the slice's documents, its index
+rows and its shingle sets. Same functions, same inputs: the same detections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import FileScanTask
+
+from fm_assets.execution.compute import Progress, remote, run_tasks
+from fm_assets.execution.near_dedup_compaction import compact
+from fm_assets.execution.near_dedup_tasks import (
+    SHINGLE_BUCKETS,
+    band_candidates,
+    confirm_pairs,
+    files_holding,
+    resolve,
+    sketch_rows,
+)
+from fm_assets.execution.near_dedup_writes import write_band, write_rows, write_shingles
+from fm_assets.execution.slice_tasks import Outputs, SliceOutcome
+from fm_assets.settings import Settings
+from fm_assets.stages.neardup import NearDupStage
+from fm_assets.storage.data_files import TableHandle, read_files, table_handle
+
+# Up to this many documents (and one slice) a batch is decided in one task. One task sketches
+# ~2,000 short pages a second and the spread path would give it no second slice to run beside
+# it; what spreading still buys (band groups and writes on other CPUs) is a few milliseconds
+# per hundred documents, below the hand-offs it costs.
+ONE_TASK_ROWS = 500
+
+
+@dataclass(frozen=True)
+class OneTaskResult:
+    """What the single task hands back: the slice's outcome, the index files, the count."""
+
+    outcome: SliceOutcome
+    index_files: list[DataFile]
+    shingle_files: list[DataFile]
+    near_duplicates: int
+
+    @property
+    def records_in(self) -> int:  # read by `run_tasks`' progress line
+        return self.outcome.records_in
+
+    @property
+    def bytes_in(self) -> int:
+        return self.outcome.bytes_in
+
+
+def decided_in_one_task(files: Sequence[FileScanTask], slices: Sequence[object]) -> bool:
+    """Whether a batch (its input `files`, cut into `slices`) is small enough for one task."""
+    return len(slices) == 1 and sum(t.file.record_count for t in files) <= ONE_TASK_ROWS
+
+
+def run_in_one_task(
+    settings: Settings,
+    stage: NearDupStage,
+    source: TableHandle,
+    tasks: list[FileScanTask],
+    outputs: Outputs,
+    progress: Progress,
+) -> tuple[list[SliceOutcome], dict[str, list[DataFile]]]:
+    """Decide and write a one-slice batch in one Ray task; return its outcome and index files."""
+    namespace = source.namespace
+    other_index = compact(settings, "neardup_index", namespace, progress)
+    other_shingles = compact(settings, "neardup_shingles", namespace, progress)
+    index = table_handle(settings, "neardup_index", namespace)
+    shingles = table_handle(settings, "neardup_shingles", namespace)
+    every_band = list(range(stage.minhash.bands))
+    decide = remote(decide_one_slice)
+    (result,) = run_tasks(
+        lambda _: decide.remote(
+            stage,
+            source,
+            tasks,
+            outputs,
+            index,
+            files_holding(index, other_index, "band", every_band),
+            files_holding(index, other_index, "band", [0]),
+            shingles,
+            other_shingles,
+        ),
+        1,
+        progress=progress,
+        label=stage.name,
+    )
+    progress(
+        f"{stage.name}: {result.near_duplicates} near-duplicates among "
+        f"{result.records_in} documents"
+    )
+    extra = {"neardup_index": result.index_files, "neardup_shingles": result.shingle_files}
+    return [result.outcome], extra
+
+
+def decide_one_slice(
+    stage: NearDupStage,
+    source: TableHandle,
+    tasks: list[FileScanTask],
+    outputs: Outputs,
+    index: TableHandle,
+    index_files: list[FileScanTask],
+    legacy_files: list[FileScanTask],
+    shingles: TableHandle,
+    shingle_files: list[FileScanTask],
+) -> OneTaskResult:
+    """The spread path's steps for slice 0, in turn, in this task (a Ray task).
+
+    `index_files`: other batches' index files holding any band; `legacy_files` those holding
+    band 0 (shingle sets of the old layout); `shingle_files`: other batches' shingle files.
+    """
+    config, batch_id = stage.minhash, outputs.batch_id
+    bands = list(range(config.bands))
+    batch = read_files(source, tasks)  # once: the sketch and the write both use its rows
+    sketched = sketch_rows(batch, 0, config)
+    band_tables = sketched[1 : 1 + config.bands]
+    bucket_tables = list(sketched[1 + config.bands :])
+    preexisting, pairs = band_candidates(bands, index, index_files, batch_id, 1, *band_tables)
+    confirmed = confirm_pairs(
+        0, config, [bucket_tables], shingles, shingle_files, index, legacy_files, pairs
+    )
+    duplicates, found = resolve([preexisting], confirmed)
+    written_index = write_band(
+        index, bands, batch_id, config, duplicates, [preexisting], outputs.write_id, *band_tables
+    )
+    written_shingles = write_shingles(
+        shingles,
+        list(range(SHINGLE_BUCKETS)),
+        batch_id,
+        duplicates,
+        [preexisting],
+        outputs.write_id,
+        *bucket_tables,
+    )
+    outcome = write_rows(stage, batch, tasks, 0, duplicates, outputs)
+    return OneTaskResult(outcome, written_index, written_shingles, found)
