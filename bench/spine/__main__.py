@@ -1,11 +1,12 @@
-"""Spine benchmark: landing -> four curation stages on Ray -> dataset version -> MDS shards.
+"""Spine benchmark: landing -> the ten stages on Ray -> dataset version -> MDS shards.
 
 One run, every figure from that run, written to `bench/RESULTS.md`:
 
 1. End-to-end stage throughput (docs/s, MB/s) on the shared WARCs and on generated JSONL batches
    of ~5,000 distinct documents built from the WARC pages' extracted text.
 2. The tokenize stage against the library limit: `run_stage("tokenized_documents")` and a raw
-   `Tokenizer.encode_batch` on the same texts in this process, interleaved A B A B.
+   `Tokenizer.encode_batch_fast` on the same texts, in this process on the library's threads and
+   in one process per CPU (the faster is the limit), interleaved A B A B.
 3. MDS write throughput: `build_shard_set`, the bare `write_shard_set` and `ndarray.tofile` of the
    same token bytes (the disk limit), interleaved.
 
