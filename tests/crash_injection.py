@@ -5,7 +5,7 @@ tests/crash_driver.py, which runs every stage of a batch, cuts its version and b
 set, as a Dagster run of them does, and reports each step's start and progress messages. A kill
 point is a step, one of the step's progress moments in an uninterrupted run (its start, its
 planning, each batch of Ray tasks done, ...; never its last message, which follows its commit)
-and a random delay after it, below the step's mean time between moments: killing there means
+and a random delay after it, below half the time to the next moment: killing there means
 starting the driver, waiting for that moment of the step, sleeping the delay and SIGKILLing its
 process group. A worker kill SIGKILLs one Ray worker busy with a platform task, found in the
 process tree of the Ray head.
@@ -171,19 +171,23 @@ class Driver:
         if returncode != 0:
             raise RuntimeError(f"the driver failed ({returncode}): {self.stderr[-30:]}")
 
-    def profile(self) -> dict[str, tuple[int, float]]:
-        """Per step of a finished run: its moments before its commit and its seconds."""
+    def profile(self) -> dict[str, list[float]]:
+        """Per step of a finished run: for each of its moments before its commit, the seconds
+        to the next moment (for the last one, to the step's end: its commit)."""
         out = {}
         for step in STEPS:
-            times = [t for t, e, s in self.events if s == step]
-            moments = self.moments(step)
+            moments = [t for t, e, s in self.events if s == step and e in ("start", "progress")]
+            ends = [t for t, e, s in self.events if s == step and e == "end"]
             if step in pipeline.STAGE_NAMES:
-                moments -= 1  # a stage's last message says what it committed
-            out[step] = (max(1, moments), times[-1] - times[0] if times else 0.0)
+                moments = moments[:-1]  # a stage's last message says what it committed
+            moments = moments or [t for t, _, s in self.events if s == step][:1]
+            end = ends[-1] if ends else (moments[-1] if moments else 0.0)
+            out[step] = [b - a for a, b in zip(moments, [*moments[1:], end], strict=True)] or [0.0]
         return out
 
 
-Profile = dict[str, tuple[int, float]]
+# Per step: the seconds from each moment before its commit to the next (the last: to its end).
+Profile = dict[str, list[float]]
 
 
 def run_through(home: Home) -> Profile:
@@ -203,7 +207,7 @@ class KillPoint:
 
     step: str
     moment: float  # which of the step's moments before its commit, as a fraction of them
-    delay: float  # after that moment, as a fraction of the step's mean time between moments
+    delay: float  # after that moment, as a fraction of the time to the next one (or the end)
     worker_in: str | None = None
 
 
@@ -247,8 +251,9 @@ def crash_at(home: Home, point: KillPoint, profile: Profile, ray_head: int) -> K
                 raise RuntimeError(
                     f"the run died with its Ray worker in {point.worker_in}: {driver.stderr[-30:]}"
                 )
-        moments, seconds = profile[point.step]
-        if not driver.wait_for_moment(point.step, int(point.moment * moments)):
+        gaps = profile[point.step]
+        moment = int(point.moment * len(gaps))
+        if not driver.wait_for_moment(point.step, moment):
             if driver.process.poll() is not None:
                 driver.finish()  # it ended (or failed) before the moment: say why
                 return Kill(point, "finished", worker)
@@ -256,8 +261,11 @@ def crash_at(home: Home, point: KillPoint, profile: Profile, ray_head: int) -> K
             # it committed. Kill now, in whatever step runs: running the batch to its end here
             # would leave every later point nothing to kill.
             return _kill_now(driver, point, worker)
-        # The step's last moment is followed by its commit: the delay may land in it (or past it).
-        time.sleep(point.delay * seconds / moments)
+        # A fraction (under a half) of what followed this moment in the uninterrupted run: the
+        # kill lands before the next moment, or in the commit after the last one, unless this
+        # run is that much faster. (A delay scaled by the step's mean gap overshot whole short
+        # steps: extraction's last gap is its commit, its mean one a trafilatura batch.)
+        time.sleep(point.delay * gaps[moment])
         if driver.process.poll() is not None:
             driver.finish()
             return Kill(point, "finished", worker)

@@ -56,19 +56,24 @@ def test_launched_head_is_waited_for_reused_and_stopped(
 
 
 def _heads_of(home: Path) -> list[int]:
-    """Pids of `ray start --head` processes started for `home` (by its temp dir)."""
+    """Pids of `ray start --head` processes started for `home` (by its temp dir).
+
+    A process forked by a head carries the head's command line until it execs (Ray's CLI forks
+    helpers while it starts): one whose parent is a head is that head's, not a second one.
+    """
     marker = f"--temp-dir=/tmp/fm-ray-{hashlib.sha256(str(home).encode()).hexdigest()[:12]}"
-    found = []
+    found: dict[int, int] = {}  # pid -> parent pid
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
             continue
         if b"--head" in argv and marker.encode() in argv:
-            found.append(int(entry.name))
-    return found
+            found[int(entry.name)] = parent
+    return [pid for pid, parent in found.items() if parent not in found]
 
 
 def test_two_commands_starting_at_once_start_one_head(tmp_path: Path) -> None:
