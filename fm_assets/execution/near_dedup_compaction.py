@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
+from pyiceberg.table.snapshots import TOTAL_DATA_FILES
 
 from fm_assets.execution.compute import Progress, get, remote
 from fm_assets.settings import Settings
@@ -42,6 +43,23 @@ SORT_KEYS = {
     "neardup_index": ("band", "band_hash"),
     "neardup_shingles": ("bucket", "doc_id"),
 }
+
+
+def compacted(
+    settings: Settings, name: str, namespace: str | None, progress: Progress
+) -> TableHandle:
+    """A handle of table `name` once `compact` has run on it, if it may be due: a table of
+    fewer than `COMPACT_AT` data files (its snapshot summary says) has nothing to merge, and
+    nothing is planned for it."""
+    handle = table_handle(settings, name, namespace)
+    snapshot = handle.metadata.current_snapshot()
+    if snapshot is None:
+        return handle  # no commit yet: no files
+    total = snapshot.summary[TOTAL_DATA_FILES] if snapshot.summary is not None else None
+    if total is not None and int(total) < COMPACT_AT:
+        return handle
+    compact(settings, name, namespace, progress)
+    return table_handle(settings, name, namespace)
 
 
 def compact(

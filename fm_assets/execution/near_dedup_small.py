@@ -14,18 +14,21 @@ and its shingle sets. Same functions, same inputs: the same detections
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
 
 from fm_assets.execution.compute import Progress, remote, run_tasks
-from fm_assets.execution.near_dedup_compaction import compact
+from fm_assets.execution.near_dedup_compaction import compacted
 from fm_assets.execution.near_dedup_tasks import (
     SHINGLE_BUCKETS,
-    band_candidates,
+    candidates_among,
     confirm_pairs,
     files_holding,
+    other_batches_rows,
     resolve,
     sketch_rows,
 )
@@ -33,7 +36,7 @@ from fm_assets.execution.near_dedup_writes import write_band, write_rows, write_
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome
 from fm_assets.settings import Settings
 from fm_assets.stages.neardup import NearDupStage
-from fm_assets.storage.data_files import TableHandle, read_files, table_handle
+from fm_assets.storage.data_files import TableHandle, plan_handle, read_files
 
 # Up to this many documents (and one slice) a batch is decided in one task. A one-slice batch
 # is sketched by one task on either path; what spreading still buys (two band groups and the
@@ -76,24 +79,12 @@ def run_in_one_task(
 ) -> tuple[list[SliceOutcome], dict[str, list[DataFile]]]:
     """Decide and write a one-slice batch in one Ray task; return its outcome and index files."""
     namespace = source.namespace
-    other_index = compact(settings, "neardup_index", namespace, progress)
-    other_shingles = compact(settings, "neardup_shingles", namespace, progress)
-    index = table_handle(settings, "neardup_index", namespace)
-    shingles = table_handle(settings, "neardup_shingles", namespace)
-    every_band = list(range(stage.minhash.bands))
+    # The task plans the index's files itself, from these handles, while it reads the batch.
+    index = compacted(settings, "neardup_index", namespace, progress)
+    shingles = compacted(settings, "neardup_shingles", namespace, progress)
     decide = remote(decide_one_slice)
     (result,) = run_tasks(
-        lambda _: decide.remote(
-            stage,
-            source,
-            tasks,
-            outputs,
-            index,
-            files_holding(index, other_index, "band", every_band),
-            files_holding(index, other_index, "band", [0]),
-            shingles,
-            other_shingles,
-        ),
+        lambda _: decide.remote(stage, source, tasks, outputs, index, shingles),
         1,
         progress=progress,
         label=stage.name,
@@ -106,44 +97,81 @@ def run_in_one_task(
     return [result.outcome], extra
 
 
+@dataclass(frozen=True)
+class _OtherBatches:
+    """What the namespace's index holds of other batches, as one task needs it."""
+
+    index_rows: pa.Table  # every band's rows (`other_batches_rows`)
+    legacy_files: list[FileScanTask]  # index files holding band 0 (old-layout shingle sets)
+    shingle_files: list[FileScanTask]
+
+
+def _other_batches(
+    index: TableHandle, shingles: TableHandle, bands: list[int], batch_id: str
+) -> _OtherBatches:
+    index_files = plan_handle(index)
+    return _OtherBatches(
+        other_batches_rows(index, index_files, bands, batch_id),
+        files_holding(index, index_files, "band", [0]),
+        plan_handle(shingles),
+    )
+
+
 def decide_one_slice(
     stage: NearDupStage,
     source: TableHandle,
     tasks: list[FileScanTask],
     outputs: Outputs,
     index: TableHandle,
-    index_files: list[FileScanTask],
-    legacy_files: list[FileScanTask],
     shingles: TableHandle,
-    shingle_files: list[FileScanTask],
 ) -> OneTaskResult:
     """The spread path's steps for slice 0, in turn, in this task (a Ray task).
 
-    `index_files`: other batches' index files holding any band; `legacy_files` those holding
-    band 0 (shingle sets of the old layout); `shingle_files`: other batches' shingle files.
+    Two things overlap, each mostly I/O and Arrow (which let go of the GIL): planning and
+    reading other batches' index rows with reading and sketching the batch; and the three
+    writes (index rows, shingle sets, the documents).
     """
     config, batch_id = stage.minhash, outputs.batch_id
     bands = list(range(config.bands))
-    batch = read_files(source, tasks)  # once: the sketch and the write both use its rows
-    sketched = sketch_rows(batch, 0, config)
-    band_tables = sketched[1 : 1 + config.bands]
-    bucket_tables = list(sketched[1 + config.bands :])
-    preexisting, pairs = band_candidates(bands, index, index_files, batch_id, 1, *band_tables)
-    confirmed = confirm_pairs(
-        0, config, [bucket_tables], shingles, shingle_files, index, legacy_files, pairs
-    )
-    duplicates, found = resolve([preexisting], confirmed)
-    written_index = write_band(
-        index, bands, batch_id, config, duplicates, [preexisting], outputs.write_id, *band_tables
-    )
-    written_shingles = write_shingles(
-        shingles,
-        list(range(SHINGLE_BUCKETS)),
-        batch_id,
-        duplicates,
-        [preexisting],
-        outputs.write_id,
-        *bucket_tables,
-    )
-    outcome = write_rows(stage, batch, tasks, 0, duplicates, outputs)
-    return OneTaskResult(outcome, written_index, written_shingles, found)
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="near-dedup-one-task") as pool:
+        others = pool.submit(_other_batches, index, shingles, bands, batch_id)
+        batch = read_files(source, tasks)  # once: the sketch and the write both use its rows
+        sketched = sketch_rows(batch, 0, config)
+        band_tables = sketched[1 : 1 + config.bands]
+        bucket_tables = list(sketched[1 + config.bands :])
+        known = others.result()
+        preexisting, pairs = candidates_among(bands, known.index_rows, batch_id, 1, *band_tables)
+        confirmed = confirm_pairs(
+            0,
+            config,
+            [bucket_tables],
+            shingles,
+            known.shingle_files,
+            index,
+            known.legacy_files,
+            pairs,
+        )
+        duplicates, found = resolve([preexisting], confirmed)
+        written_index = pool.submit(
+            write_band,
+            index,
+            bands,
+            batch_id,
+            config,
+            duplicates,
+            [preexisting],
+            outputs.write_id,
+            *band_tables,
+        )
+        written_shingles = pool.submit(
+            write_shingles,
+            shingles,
+            list(range(SHINGLE_BUCKETS)),
+            batch_id,
+            duplicates,
+            [preexisting],
+            outputs.write_id,
+            *bucket_tables,
+        )
+        outcome = write_rows(stage, batch, tasks, 0, duplicates, outputs)
+        return OneTaskResult(outcome, written_index.result(), written_shingles.result(), found)

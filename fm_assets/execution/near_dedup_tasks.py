@@ -108,21 +108,34 @@ def band_candidates(
     band; `other_files`: the index files of other batches that hold any of these bands, each
     read once for the whole group): (preexisting positions, then pairs routed by the slice of
     `pos`), the bands' answers merged."""
-    earlier = (
-        read_files(
-            others,
-            other_files,
-            ("doc_id", "band", "band_hash", "batch_id"),
-            # Files hold several bands (and older ones every band); the batch's own rows (a
-            # rerun's) are never "another batch's", whatever files the scan could not prune.
-            catalog.where_all(
-                catalog.where_in("band", list(bands)),
-                catalog.where_not_equal("batch_id", batch_id),
-            ),
-        )
-        if other_files and bands
-        else _INDEX_LOOKUP.empty_table()
+    earlier = other_batches_rows(others, other_files, bands, batch_id)
+    return candidates_among(bands, earlier, batch_id, routes, *tables)
+
+
+def other_batches_rows(
+    others: TableHandle, other_files: Sequence[FileScanTask], bands: Sequence[int], batch_id: str
+) -> pa.Table:
+    """Other batches' index rows of `bands` in `other_files` (doc_id, band, band_hash,
+    batch_id)."""
+    if not other_files or not bands:
+        return _INDEX_LOOKUP.empty_table()
+    return read_files(
+        others,
+        other_files,
+        ("doc_id", "band", "band_hash", "batch_id"),
+        # Files hold several bands (and older ones every band); the batch's own rows (a
+        # rerun's) are never "another batch's", whatever files the scan could not prune.
+        catalog.where_all(
+            catalog.where_in("band", list(bands)),
+            catalog.where_not_equal("batch_id", batch_id),
+        ),
     )
+
+
+def candidates_among(
+    bands: Sequence[int], earlier: pa.Table, batch_id: str, routes: int, *tables: pa.Table
+) -> tuple[Any, ...]:
+    """`band_candidates` given other batches' rows of the bands (`other_batches_rows`)."""
     band_of_row = earlier.column("band").to_numpy()
     found = [
         _one_band_candidates(

@@ -26,7 +26,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import ArrowScan, write_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
-from pyiceberg.table import FileScanTask, Table, Transaction, WriteTask
+from pyiceberg.table import DataScan, FileScanTask, Table, Transaction, WriteTask
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import PrimitiveType
 
@@ -77,6 +77,17 @@ def plan_files(
         return list(table.scan(row_filter=row_filter, snapshot_id=snapshot_id).plan_files())
 
     return with_retries(plan, what=f"planning a scan of {name}", must_exist=True)
+
+
+def plan_handle(
+    handle: TableHandle, row_filter: BooleanExpression = catalog.ALWAYS_TRUE
+) -> list[FileScanTask]:
+    """`plan_files` at the snapshot `handle` was made at, from its metadata (no catalog call:
+    a worker plans this way)."""
+    scan = DataScan(table_metadata=handle.metadata, io=handle.io, row_filter=row_filter)
+    return with_retries(
+        lambda: list(scan.plan_files()), what=f"planning a scan of {handle.name}", must_exist=True
+    )
 
 
 def partition_value(handle: TableHandle, task: FileScanTask, column: str) -> object:
@@ -265,7 +276,8 @@ def _commit_once(
             return done  # an earlier attempt landed but its answer was lost: do not commit twice
         with transaction(table) as tx:
             apply(tx, table, properties)
-        snapshot = _snapshot_of_commit(table.refresh(), commit_id)
+        # The transaction left `table` at the metadata the catalog now points to.
+        snapshot = _snapshot_of_commit(table, commit_id)
         if snapshot is None:
             raise RuntimeError(f"table {name} does not show commit {commit_id} after committing")
         pins = {**_metadata_checksums(table, commit_id), **_data_checksums(settings, data_files)}
