@@ -17,6 +17,7 @@ from fm_assets.defs import build_definitions
 from fm_assets.defs.instance import ensure_dagster_home, ensure_pool_limits
 from fm_assets.defs.partitions import add_partition_keys, shard_set_partitions
 from fm_assets.defs.run_health import SlotWatch, process_tags, reap_dead_runs
+from fm_assets.execution.heap import freeze_long_lived
 from fm_assets.settings import Settings
 from fm_assets.storage.locks import exclusive
 from fm_assets.storage.services import check_services
@@ -84,6 +85,7 @@ def materialize(
     }
     defs = build_definitions()
     instance = dagster_instance(settings)
+    freeze_long_lived("definitions")  # they, the instance and their imports stay for good
     # A killed earlier run must not hold slots forever.
     reap_dead_runs(instance, log, by="a later fm command, before starting its run")
     invocation = uuid.uuid4().hex

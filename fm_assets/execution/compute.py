@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from fm_assets.execution.heap import freeze_long_lived
 from fm_assets.execution.local_ray import running_local_ray, start_local_ray
 from fm_assets.execution.warm_pool import WarmPool, open_pool
 from fm_assets.execution.warm_up import warm_worker
@@ -82,6 +83,7 @@ def ensure_ray(settings: Settings, progress: Progress = lambda message: None) ->
     _connection.worker_env = worker_env
     _connection.warm_workers = _warm_workers(settings)
     _connection.pool = None
+    freeze_long_lived("ray")  # Ray's modules and its connection stay for the process's life
     progress(f"Ray: {what} ({address}) in {time.monotonic() - started:.1f}s")
 
 

@@ -21,3 +21,6 @@ def warm_worker() -> None:
     )
 
     sketch(["a warm worker primes its shingling and permutation tables"], MinHashConfig())
+    from fm_assets.execution.heap import freeze_long_lived
+
+    freeze_long_lived("worker")  # the worker keeps what it imported and built for its whole life
