@@ -191,6 +191,8 @@ def test_policy_threshold_change_reruns_only_the_decision(curated: Curated) -> N
     policy_file = curated.settings.policy_file
     assert policy_file is not None
     original = policy_file.read_text()
+    kept_before = _rows(curated, "quality_filtered_documents", curated.first)
+    quarantined_before = _quarantined_by(curated, "quality_filtered_documents")
     try:
         policy_file.write_text(
             original.replace("gopher_min_words = 40", "gopher_min_words = 100000")
@@ -204,6 +206,17 @@ def test_policy_threshold_change_reruns_only_the_decision(curated: Curated) -> N
     finally:
         policy_file.write_text(original)
         run_stage(curated.settings, "quality_filtered_documents", curated.first)
+    # Back to the first decision: the rerun replaced both partitions, leaving nothing behind.
+    kept_after = _rows(curated, "quality_filtered_documents", curated.first)
+    assert sorted(str(r["doc_id"]) for r in kept_after) == sorted(
+        str(r["doc_id"]) for r in kept_before
+    )
+    assert _quarantined_by(curated, "quality_filtered_documents") == quarantined_before
+
+
+def _quarantined_by(curated: Curated, stage: str) -> list[tuple[str, str]]:
+    rows = _rows(curated, "quarantine", curated.first)
+    return sorted((str(r["record_id"]), str(r["rule"])) for r in rows if r["stage"] == stage)
 
 
 def test_near_copies_in_a_later_batch_point_at_the_kept_document(curated: Curated) -> None:

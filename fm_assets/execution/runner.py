@@ -20,7 +20,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pyiceberg.expressions import BooleanExpression
+from pyiceberg.expressions import AlwaysFalse, BooleanExpression
 from pyiceberg.manifest import DataFile
 
 from fm_assets.curation.policy import DatasetPolicy, load_policy
@@ -42,7 +42,7 @@ from fm_assets.storage.bookkeeping import (
     record_file_checksums,
     record_stage_run,
 )
-from fm_assets.storage.data_files import commit_files, plan_files, table_handle
+from fm_assets.storage.data_files import commit_files, may_hold_rows, plan_files, table_handle
 from fm_assets.storage.landing import (
     BatchManifest,
     manifest_checksum,
@@ -312,23 +312,34 @@ def _commit(
         "fm.run_id": run_id or "",
     }
     this_batch = catalog.where_equal("batch_id", batch_id)
+
+    def replacing(
+        name: str, where: BooleanExpression, stage: str | None = None, compacted: bool = False
+    ) -> BooleanExpression:
+        # A batch's first run has nothing to remove: no scan, no delete (see `may_hold_rows`).
+        held = may_hold_rows(
+            settings, name, namespace, batch_id, stage=stage, untagged_only_move_rows=compacted
+        )
+        return where if held else catalog.NOTHING
+
+    this_stage = catalog.where_all(this_batch, catalog.where_equal("stage", stage.name))
     _commit_unless_unchanged(
         settings,
         "quarantine",
-        catalog.where_all(this_batch, catalog.where_equal("stage", stage.name)),
+        replacing("quarantine", this_stage, stage=stage.name),
         files.get("quarantine", []),
         properties,
         namespace,
     )
     for name in outputs.side:
         _commit_unless_unchanged(
-            settings, name, this_batch, files.get(name, []), properties, namespace
+            settings, name, replacing(name, this_batch), files.get(name, []), properties, namespace
         )
     for name in extra_files:
         # Tables of many batches' rows (the near-dup index, compacted across batches): a delete
-        # by `batch_id` would read every merged file, so it runs only on a rerun.
-        wrote = _written_by(settings, name, batch_id, namespace)
-        replace = this_batch if wrote else catalog.NOTHING
+        # by `batch_id` would read every merged file, so it runs only on a rerun. Compactions
+        # name no batch, and move rows that came with their batch's own snapshots.
+        replace = replacing(name, this_batch, compacted=True)
         _commit_unless_unchanged(settings, name, replace, files[name], properties, namespace)
     output_properties = properties | {
         "fm.code_version": stage.version,
@@ -339,17 +350,12 @@ def _commit(
         else str(plan.input_snapshot_id),
     }
     return commit_files(
-        settings, stage.name, this_batch, files.get(stage.name, []), output_properties, namespace
-    )
-
-
-def _written_by(settings: Settings, name: str, batch_id: str, namespace: str) -> bool:
-    """Whether any commit for `batch_id` ever wrote to table `name` (snapshots are never
-    expired, so every row of the batch came with such a snapshot)."""
-    table = catalog.load_table(settings, name, namespace=namespace)
-    return any(
-        s.summary is not None and s.summary.get("fm.batch_id") == batch_id
-        for s in table.metadata.snapshots
+        settings,
+        stage.name,
+        replacing(stage.name, this_batch),
+        files.get(stage.name, []),
+        output_properties,
+        namespace,
     )
 
 
@@ -363,6 +369,8 @@ def _commit_unless_unchanged(
 ) -> None:
     """`commit_files`, unless there is nothing to add and nothing to remove: most stages
     quarantine nothing on most batches, and an empty commit costs a snapshot and seconds."""
-    if not data_files and not plan_files(settings, name, replace, None, namespace):
+    if not data_files and (
+        isinstance(replace, AlwaysFalse) or not plan_files(settings, name, replace, None, namespace)
+    ):
         return
     commit_files(settings, name, replace, data_files, properties, namespace)
