@@ -6,6 +6,7 @@ import uuid
 
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog, data_files
+from fm_assets.storage.batch_history import may_hold_rows
 from tests.rows import quarantine_rows
 
 NS = "cloud"
@@ -18,7 +19,7 @@ def _commit(settings: Settings, batch_id: str, tags: dict[str, str]) -> None:
 
 
 def _held(settings: Settings, batch_id: str, stage: str | None = None, moves: bool = False) -> bool:
-    return data_files.may_hold_rows(
+    return may_hold_rows(
         settings, "quarantine", NS, batch_id, stage=stage, untagged_only_move_rows=moves
     )
 
@@ -33,3 +34,15 @@ def test_tagged_commits_say_which_batch_and_stage_a_table_may_hold(fm_settings: 
     _commit(fm_settings, "b-3", {})
     assert _held(fm_settings, "b-2")
     assert not _held(fm_settings, "b-2", moves=True)
+
+
+def test_a_table_whose_history_was_expired_may_hold_any_batch(fm_settings: Settings) -> None:
+    _commit(fm_settings, "b-1", {"fm.batch_id": "b-1", "fm.stage": "extract"})
+    _commit(fm_settings, "b-2", {"fm.batch_id": "b-2", "fm.stage": "extract"})
+    assert not _held(fm_settings, "b-3", "extract")
+    table = catalog.load_table(fm_settings, "quarantine", namespace=NS)
+    first = table.metadata.snapshots[0].snapshot_id
+    table.maintenance.expire_snapshots().by_id(first).commit()  # b-1's rows stay, its tag goes
+    rows = catalog.read_table(fm_settings, "quarantine", catalog.ALWAYS_TRUE, namespace=NS)
+    assert "b-1" in set(rows.column("batch_id").to_pylist())
+    assert _held(fm_settings, "b-1", "extract") and _held(fm_settings, "b-3", "extract")

@@ -36,13 +36,14 @@ from fm_assets.stages.base import Stage
 from fm_assets.stages.neardup import NearDupStage
 from fm_assets.stages.raw import RawStage
 from fm_assets.storage import catalog
+from fm_assets.storage.batch_history import may_hold_rows
 from fm_assets.storage.bookkeeping import (
     file_checksums,
     latest_stage_run,
     record_file_checksums,
     record_stage_run,
 )
-from fm_assets.storage.data_files import commit_files, may_hold_rows, plan_files, table_handle
+from fm_assets.storage.data_files import commit_files, plan_files, table_handle
 from fm_assets.storage.landing import (
     BatchManifest,
     manifest_checksum,

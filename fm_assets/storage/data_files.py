@@ -90,33 +90,6 @@ def plan_handle(
     )
 
 
-def may_hold_rows(
-    settings: Settings,
-    name: str,
-    namespace: str,
-    batch_id: str,
-    *,
-    stage: str | None = None,
-    untagged_only_move_rows: bool = False,
-) -> bool:
-    """Whether table `name` may hold rows `batch_id` (and `stage`, if given) committed: some
-    snapshot says it committed for them. Snapshots are never expired, so every row came with
-    its snapshot, and the stage runner tags each with its batch and stage. A snapshot that names no
-    batch (written by an older platform) may hold any batch's rows, unless the table's
-    untagged snapshots only move rows (compactions)."""
-    table = catalog.load_table(settings, name, namespace=namespace)
-    for snapshot in table.metadata.snapshots:
-        tags = snapshot.summary.additional_properties if snapshot.summary is not None else {}
-        if "fm.batch_id" not in tags:
-            if not untagged_only_move_rows:
-                return True
-        elif tags["fm.batch_id"] == batch_id and (
-            stage is None or tags.get("fm.stage", stage) == stage
-        ):
-            return True
-    return False
-
-
 def partition_value(handle: TableHandle, task: FileScanTask, column: str) -> object:
     """The value of identity partition `column` for a data file (None if not partitioned by it)."""
     schema = handle.metadata.schema()

@@ -1,0 +1,65 @@
+"""What a table's snapshots say about a batch: whether a stage's commit must remove its rows.
+
+The stage runner tags every commit with `fm.batch_id` and `fm.stage` in the snapshot summary,
+and the platform never expires snapshots (dataset versions pin them), so a table's snapshots
+say which batches (and stages) ever committed rows to it. A batch's first run then commits
+without a delete or a scan.
+"""
+
+from __future__ import annotations
+
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Snapshot
+
+from fm_assets.settings import Settings
+from fm_assets.storage import catalog
+
+
+def may_hold_rows(
+    settings: Settings,
+    name: str,
+    namespace: str,
+    batch_id: str,
+    *,
+    stage: str | None = None,
+    untagged_only_move_rows: bool = False,
+) -> bool:
+    """Whether table `name` may hold rows `batch_id` (and `stage`, if given) committed: some
+    snapshot says it committed for them. Snapshots are never expired, so every row came with
+    its snapshot, and the stage runner tags each with its batch and stage. A snapshot that
+    names no batch (an older platform's) may hold any batch's rows, unless the table's
+    untagged snapshots only move rows (compactions); so may a table whose history was cut (an
+    operator expired snapshots: the tags of the commits that added live rows are gone)."""
+    table = catalog.load_table(settings, name, namespace=namespace)
+    if not _history_complete(table.metadata):
+        return True
+    for snapshot in table.metadata.snapshots:
+        tags = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+        if "fm.batch_id" not in tags:
+            if not untagged_only_move_rows:
+                return True
+        elif tags["fm.batch_id"] == batch_id and (
+            stage is None or tags.get("fm.stage", stage) == stage
+        ):
+            return True
+    return False
+
+
+def _history_complete(metadata: TableMetadata) -> bool:
+    """Whether the current snapshot's lineage reaches back to the table's first commit: the
+    records its commits added less those they deleted make the current total."""
+    current = metadata.current_snapshot()
+    if current is None:
+        return True
+    by_id = {s.snapshot_id: s for s in metadata.snapshots}
+    counted = 0
+    snapshot: Snapshot | None = current
+    while snapshot is not None:
+        summary = snapshot.summary
+        if summary is None:
+            return False
+        counted += int(summary["added-records"] or 0) - int(summary["deleted-records"] or 0)
+        parent = snapshot.parent_snapshot_id
+        snapshot = by_id.get(parent) if parent is not None else None
+    total = current.summary["total-records"] if current.summary is not None else None
+    return total is not None and int(total) == counted
