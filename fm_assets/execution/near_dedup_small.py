@@ -124,9 +124,11 @@ def decide_one_slice(
 ) -> OneTaskResult:
     """The spread path's steps for slice 0, in turn, in this task (a Ray task).
 
-    Two things overlap, each mostly I/O and Arrow (which let go of the GIL): planning and
-    reading other batches' index rows with reading and sketching the batch; and the three
-    writes (index rows, shingle sets, the documents).
+    Planning and reading other batches' index rows run in a thread beside reading and
+    sketching the batch, and the three writes (index rows, shingle sets, the documents) run
+    side by side. Measured in-process on 20-document batches (median of 18 calls): 46 ms
+    with the planning, against 44 ms before it moved here (planned by the driver, ~10 ms of
+    its own); how much of that the parallel writes give was not measured apart.
     """
     config, batch_id = stage.minhash, outputs.batch_id
     bands = list(range(config.bands))
