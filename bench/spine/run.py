@@ -104,7 +104,7 @@ def run(config: BenchConfig, scratch: Path) -> Results:
 
     big = fresh_home(scratch / "home-big", RAY_CPUS)
     info = default_tokenizer(big)
-    os.environ["TOKENIZERS_PARALLELISM"] = "true"  # this process only; Ray workers get "false"
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"  # B1: the library's pool in this process
     tokenizer = Tokenizer.from_file(str(NEOX_TOKENIZER))
     big_batches: list[str] = []
     with EncodingProcesses(str(NEOX_TOKENIZER), RAY_CPUS) as processes:

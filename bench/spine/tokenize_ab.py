@@ -123,12 +123,14 @@ def tokenize_section(pairs: Sequence[TokenizePair], worker_niceness: int) -> lis
         "## 2. Tokenize stage vs the library",
         "",
         'A = `run_stage(settings, "tokenized_documents", batch)` on a fresh batch (lookups, '
-        "Iceberg read, Ray tasks with one tokenizer thread per worker, Arrow, Iceberg commits); "
+        "Iceberg read, Ray tasks: a slice per worker, each with the library's pool of two "
+        "threads, Arrow, Iceberg commits); "
         "B = `Tokenizer.encode_batch_fast(texts, add_special_tokens=False)` (the call the "
         f"stage's workers make) on the very same texts, the `{TOKENIZE_INPUT}` partition the "
         "stage reads, right after A, two ways: **B1** in this process with "
         "`TOKENIZERS_PARALLELISM=true` (the library's thread pool on both cores), **B2** in two "
-        "worker processes with one tokenizer thread each (the stage's layout), each holding "
+        "worker processes with one tokenizer thread each (a process per CPU, as the stage's "
+        "workers), each holding "
         "half the text (by characters) before the clock starts. The library's limit is the "
         "faster of B1 and B2 in each pair. "
         "Ratio = limit seconds / A seconds: stage throughput over library throughput on "

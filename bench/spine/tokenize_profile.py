@@ -1,6 +1,6 @@
 """Section 2, where the tokenize stage's time goes: its pieces run again one by one on the last
 JSONL batch, its Ray phase replayed on the runner's own slices with each task timed, and the
-split of `process` itself (thread CPU seconds in the workers).
+split of `process` itself (the workers' process CPU seconds).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def profile_tokenize(settings: Settings, batch_id: str, docs: int) -> dict[str, 
     files = plan_files(
         settings, TOKENIZE_INPUT, catalog.where_equal("batch_id", batch_id), None, namespace
     )
-    slices = range_slices(files, cpus)
+    slices = range_slices(files, cpus, stage.slices_per_cpu)
     outputs = Outputs(
         batch_id=batch_id,
         stage=TOKENIZE,
@@ -137,8 +137,8 @@ def profile_lines(
         "Where the stage's time goes, in three views of the last JSONL batch. **Phases**: the A "
         "runs' own progress messages (median wall seconds, share of the stage). **Pieces**: "
         "each part of A run again on its own, with wall and process-tree CPU seconds; their CPU "
-        "adds up to what A spends, to compare with B's. **Inside `process`**: thread CPU "
-        "seconds in the workers on the first "
+        "adds up to what A spends, to compare with B's. **Inside `process`**: process CPU "
+        "seconds in the workers (the library's threads included) on the first "
         f"{int(prof['split_docs']):,} documents ({int(prof['split_chunks'])} chunks).",
         "",
         "| view | piece | wall s | CPU s | share |",

@@ -150,7 +150,7 @@ def measure_alone(settings: Any, batch_id: str) -> list[dict[str, Any]]:
 
     # "1 core" literally: threads a library starts from here on inherit the mask.
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # as in the Ray workers
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core: one tokenizer thread
     policy = load_policy(settings, read_manifest(open_object_store(settings), batch_id).source)
     out = []
     for name in pipeline.STAGE_NAMES:

@@ -38,6 +38,7 @@ MAX_ROWS_PER_CHUNK = 2_000
 CHUNKS_PER_CPU = 6
 TASKS_IN_FLIGHT_PER_CPU = 2  # backpressure: enough to keep every CPU busy, no more
 TASK_RETRIES = 2  # a task whose worker died runs again, twice
+LIBRARY_THREADS_PER_WORKER = 2  # a native library's thread pool in each worker (see below)
 
 
 @dataclass
@@ -53,6 +54,30 @@ class _Connection:
 _connection = _Connection()
 
 
+def worker_environment(settings: Settings) -> dict[str, str]:
+    """The environment this process gives every Ray worker (its runtime_env).
+
+    Native libraries with their own thread pools (tokenizers' Rayon pool) get
+    `LIBRARY_THREADS_PER_WORKER` threads, never more than a local Ray's CPUs: one worker per
+    CPU each running that many threads oversubscribes the cores a little while every worker is
+    busy, and lets the last workers of a stage take up the cores the others left idle.
+    """
+    threads = LIBRARY_THREADS_PER_WORKER
+    if not settings.ray_address:
+        threads = min(threads, settings.ray_num_cpus or os.cpu_count() or 1)
+    env = {
+        "TOKENIZERS_PARALLELISM": "true",
+        "RAYON_NUM_THREADS": str(threads),
+        "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),  # as `ensure_ray` sets
+    }
+    if not settings.ray_address:
+        # Workers read landed files and registry copies from the object store themselves. A
+        # cluster's nodes get credentials from their own environment (the pods' secret): a
+        # runtime_env would put them in the cluster's job table, dashboard and logs.
+        env |= {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    return env
+
+
 def ensure_ray(settings: Settings, progress: Progress = lambda message: None) -> None:
     """Connect to Ray once per process (a no-op when already connected); say what it took."""
     import ray
@@ -63,12 +88,7 @@ def ensure_ray(settings: Settings, progress: Progress = lambda message: None) ->
     # Ray 2.60 turns on token auth for local clusters; embedded mode runs on one trusted host,
     # production sets RAY_AUTH_MODE=token and RAY_AUTH_TOKEN explicitly.
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    worker_env = {"TOKENIZERS_PARALLELISM": "false", "RAY_AUTH_MODE": os.environ["RAY_AUTH_MODE"]}
-    if not settings.ray_address:
-        # Workers read landed files and registry copies from the object store themselves. A
-        # cluster's nodes get credentials from their own environment (the pods' secret): a
-        # runtime_env would put them in the cluster's job table, dashboard and logs.
-        worker_env |= {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    worker_env = worker_environment(settings)
     what = "connected to the Ray cluster at RAY_ADDRESS"
     if not settings.ray_address:
         running = running_local_ray(settings)
