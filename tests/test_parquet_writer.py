@@ -52,8 +52,6 @@ def test_token_ids_are_written_plain_and_repeated_strings_with_a_dictionary(
     }
     assert "RLE_DICTIONARY" not in encodings["tokens.list.element"]
     assert "RLE_DICTIONARY" in encodings["batch_id"]
-    # Plain token ids take about their raw size, not more.
-    assert written.file_size_in_bytes < data.column("tokens").nbytes
     # The pages still carry checksums: a verifying reader decodes the same rows.
     read = pq.ParquetFile(path, page_checksum_verification=True).read()
     assert read.column("tokens").to_pylist()[:3] == data.column("tokens").to_pylist()[:3]
