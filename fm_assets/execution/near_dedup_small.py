@@ -16,18 +16,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import pyarrow as pa
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
 
 from fm_assets.execution.compute import Progress, remote, run_tasks
 from fm_assets.execution.near_dedup_compaction import compacted
+from fm_assets.execution.near_dedup_lookup import other_batches_rows
 from fm_assets.execution.near_dedup_tasks import (
+    CONFIRMED,
     SHINGLE_BUCKETS,
     candidates_among,
     confirm_pairs,
     files_holding,
-    other_batches_rows,
     resolve,
     sketch_rows,
 )
@@ -93,26 +93,6 @@ def run_in_one_task(
     return [result.outcome], extra
 
 
-@dataclass(frozen=True)
-class _OtherBatches:
-    """What the namespace's index holds of other batches, as one task needs it."""
-
-    index_rows: pa.Table  # every band's rows (`other_batches_rows`)
-    legacy_files: list[FileScanTask]  # index files holding band 0 (old-layout shingle sets)
-    shingle_files: list[FileScanTask]
-
-
-def _other_batches(
-    index: TableHandle, shingles: TableHandle, bands: list[int], batch_id: str
-) -> _OtherBatches:
-    index_files = plan_handle(index)
-    return _OtherBatches(
-        other_batches_rows(index, index_files, bands, batch_id),
-        files_holding(index, index_files, "band", [0]),
-        plan_handle(shingles),
-    )
-
-
 def decide_one_slice(
     stage: NearDupStage,
     source: TableHandle,
@@ -133,17 +113,24 @@ def decide_one_slice(
     sketched = sketch_rows(batch, 0, config)
     band_tables = sketched[1 : 1 + config.bands]
     bucket_tables = list(sketched[1 + config.bands :])
-    known = _other_batches(index, shingles, bands, batch_id)
-    preexisting, pairs = candidates_among(bands, known.index_rows, batch_id, 1, *band_tables)
-    confirmed = confirm_pairs(
-        0,
-        config,
-        [bucket_tables],
-        shingles,
-        known.shingle_files,
-        index,
-        known.legacy_files,
-        pairs,
+    index_plan = plan_handle(index)
+    earlier = other_batches_rows(index, index_plan, bands, batch_id, band_tables)
+    preexisting, pairs = candidates_among(bands, earlier, batch_id, 1, *band_tables)
+    # Most batches of a namespace have no candidate pair: the stored shingle sets are planned
+    # only for a batch that has one (a plan reads the table's manifests: ~4 ms).
+    confirmed = (
+        confirm_pairs(
+            0,
+            config,
+            [bucket_tables],
+            shingles,
+            plan_handle(shingles),
+            index,
+            files_holding(index, index_plan, "band", [0]),
+            pairs,
+        )
+        if pairs.num_rows
+        else CONFIRMED.empty_table()
     )
     duplicates, _ = resolve([preexisting], confirmed)
     index_files = write_band(

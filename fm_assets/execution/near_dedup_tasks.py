@@ -15,6 +15,7 @@ import pyarrow as pa
 from pyiceberg.table import FileScanTask
 
 from fm_assets.curation.minhash.signatures import MinHashConfig, jaccard, sketch
+from fm_assets.execution.near_dedup_lookup import other_batches_rows
 from fm_assets.execution.planning import tables_by_part
 from fm_assets.storage import catalog
 from fm_assets.storage.data_files import TableHandle, read_files, value_range
@@ -108,28 +109,8 @@ def band_candidates(
     band; `other_files`: the index files of other batches that hold any of these bands, each
     read once for the whole group): (preexisting positions, then pairs routed by the slice of
     `pos`), the bands' answers merged."""
-    earlier = other_batches_rows(others, other_files, bands, batch_id)
+    earlier = other_batches_rows(others, other_files, bands, batch_id, tables)
     return candidates_among(bands, earlier, batch_id, routes, *tables)
-
-
-def other_batches_rows(
-    others: TableHandle, other_files: Sequence[FileScanTask], bands: Sequence[int], batch_id: str
-) -> pa.Table:
-    """Other batches' index rows of `bands` in `other_files` (doc_id, band, band_hash,
-    batch_id)."""
-    if not other_files or not bands:
-        return _INDEX_LOOKUP.empty_table()
-    return read_files(
-        others,
-        other_files,
-        ("doc_id", "band", "band_hash", "batch_id"),
-        # Files hold several bands (and older ones every band); the batch's own rows (a
-        # rerun's) are never "another batch's", whatever files the scan could not prune.
-        catalog.where_all(
-            catalog.where_in("band", list(bands)),
-            catalog.where_not_equal("batch_id", batch_id),
-        ),
-    )
 
 
 def candidates_among(
@@ -205,16 +186,6 @@ def _one_band_candidates(
     route = (table.column("pos").to_numpy() >> 32) % routes
     routed = [table.filter(pa.array(route == r)) for r in range(routes)]
     return (pa.array(preexisting, pa.int64()), *routed)
-
-
-_INDEX_LOOKUP = pa.schema(
-    [
-        pa.field("doc_id", pa.string()),
-        pa.field("band", pa.int32()),
-        pa.field("band_hash", pa.int64()),
-        pa.field("batch_id", pa.string()),
-    ]
-)
 
 
 def confirm_pairs(
