@@ -4,6 +4,7 @@ again. Avro manifest schemas converted once (fm_assets.storage.avro_schemas) rea
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pyarrow as pa
@@ -82,3 +83,25 @@ def test_a_namespace_created_elsewhere_is_found(tmp_path: Path) -> None:
     one.create_namespace("later")
     one.create_table("later.t", schema=ROWS.schema)
     assert other.namespace_exists("later")
+
+
+def test_an_embedded_catalog_logs_ahead_and_readers_do_not_wait_for_a_writer(
+    tmp_path: Path,
+) -> None:
+    writer, reader = _catalogs(tmp_path)
+    writer.create_namespace("ns")
+    writer.create_table("ns.t", schema=ROWS.schema).append(ROWS)
+    with writer.engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+
+    # Another process holds a write transaction open (mid-commit): a load still answers, with
+    # the table as last committed, instead of failing "database is locked" after the timeout.
+    held = sqlite3.connect(tmp_path / "catalog.db", timeout=0.1)
+    held.execute("BEGIN EXCLUSIVE")
+    held.execute("UPDATE iceberg_tables SET metadata_location = metadata_location")
+    try:
+        assert reader.load_table("ns.t").scan().to_arrow().num_rows == 2
+    finally:
+        held.rollback()
+        held.close()

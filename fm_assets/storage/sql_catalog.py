@@ -12,12 +12,21 @@ process (the code server, the daemon) holds no more metadata than one table obje
 
 Namespaces the catalog was seen to hold are remembered as well: every open checked the
 platform's namespace again, a query per table load.
+
+On SQLite (the embedded FM_HOME) the database runs in write-ahead-log mode with `synchronous =
+NORMAL`: a transaction is appended to the log without waiting for the disk (0.66 ms a commit
+here, 0.02 in this mode), and a stage makes six to eight (a table commit and its checksum pins
+each, the stage-run row). A killed process loses nothing it committed; a power cut may undo the
+last commits, in order (a stage whose commits are undone runs again: its stage-run row is its
+last write). Readers no longer wait for a writer either.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
+import sqlalchemy as sa
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.table import CommitTableResponse, Table
@@ -31,6 +40,7 @@ class CachingSqlCatalog(SqlCatalog):
 
     def __init__(self, name: str, **properties: str) -> None:
         super().__init__(name, **properties)
+        _write_ahead_log(self.engine)
         self._metadata: dict[Identifier, tuple[str, TableMetadata]] = {}
         self._namespaces: set[str] = set()
         self._guard = threading.Lock()
@@ -88,3 +98,18 @@ class CachingSqlCatalog(SqlCatalog):
     def _keep(self, identifier: Identifier, location: str, metadata: TableMetadata) -> None:
         with self._guard:
             self._metadata[tuple(identifier)] = (location, metadata)
+
+
+def _write_ahead_log(engine: sa.engine.Engine) -> None:
+    """Every new SQLite connection of `engine` in WAL mode with `synchronous = NORMAL`."""
+    if engine.dialect.name != "sqlite":
+        return
+
+    def on_connect(connection: Any, _record: Any) -> None:
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")  # kept in the file: every process uses it
+        cursor.execute("PRAGMA synchronous=NORMAL")  # per connection
+        cursor.close()
+
+    sa.event.listen(engine, "connect", on_connect)
+    engine.dispose()  # the connection pyiceberg opened to create its tables predates the hook
