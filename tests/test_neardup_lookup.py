@@ -55,12 +55,12 @@ def _band_tables(rows: list[tuple[int, int, str]]) -> list[pa.Table]:
     ]
 
 
-@pytest.mark.parametrize("read_bytes", [near_dedup_lookup.READ_BYTES_AT_ONCE, 1])
+@pytest.mark.parametrize("read_rows", [near_dedup_lookup.READ_ROWS_AT_ONCE, 1])
 def test_a_task_holds_only_the_index_rows_that_share_a_hash_or_a_document(
-    fm_settings: Settings, monkeypatch: pytest.MonkeyPatch, read_bytes: int
+    fm_settings: Settings, monkeypatch: pytest.MonkeyPatch, read_rows: int
 ) -> None:
     # Three earlier batches of 200 documents (2,400 index rows); `1`: each file read on its own.
-    monkeypatch.setattr(near_dedup_lookup, "READ_BYTES_AT_ONCE", read_bytes)
+    monkeypatch.setattr(near_dedup_lookup, "READ_ROWS_AT_ONCE", read_rows)
     for n in range(3):
         _index_batch(fm_settings, f"b-{n}", 200, first_hash=n * 1_000_000)
     handle = data_files.table_handle(fm_settings, "neardup_index", NS)

@@ -3,10 +3,12 @@ that can matter to the batch.
 
 Of the namespace's index, a task deciding some bands needs the rows that share a band hash with
 one of the batch's documents (a candidate pair) and the rows of a document id the batch holds (a
-document already indexed: kept as it is). The files holding the bands are read a few at a time
-and every other row is dropped as it is read, so a task holds its matches, never the index's
-rows of its bands: for a namespace of a million documents those are 14 million rows (~1 GB of
-Arrow) per batch, and each went through the candidate loop in Python.
+document already indexed: kept as it is). The files holding the bands are read a million rows
+at a time (a bigger compacted file on its own) and every other row is dropped as it is read: a
+task holds its matches, not the index's rows of its bands, which for a namespace of a million
+documents are 14 million rows (~1.5 GB of Arrow) per batch, each of which went through the
+candidate loop in Python. Measured on a 500,000-document index (7 million rows) and a batch of
+20: the lookup and candidates took 2.4 s + 22.9 s holding 7 million rows, now 2.0 s + 0.01 s.
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ INDEX_LOOKUP = pa.schema(
         pa.field("batch_id", pa.string()),
     ]
 )
-# Index files read together (then filtered) at most this many bytes at a time: the bound on what
-# a task holds of the index beyond its matches. A small namespace's files are one read.
-READ_BYTES_AT_ONCE = 64 << 20
+# Index rows read together (then filtered): the bound on what a task holds of the index beyond
+# its matches (~110 bytes of Arrow a row). A small namespace's files are one read.
+READ_ROWS_AT_ONCE = 1_000_000
 
 
 def other_batches_rows(
@@ -74,15 +76,15 @@ def _distinct(tables: Sequence[pa.Table], column: str, kind: pa.DataType) -> pa.
 
 
 def _read_groups(files: Sequence[FileScanTask]) -> Iterator[list[FileScanTask]]:
-    """`files` in consecutive groups of at most `READ_BYTES_AT_ONCE` bytes (a bigger file on
-    its own)."""
+    """`files` in consecutive groups of at most `READ_ROWS_AT_ONCE` rows (a bigger file on its
+    own)."""
     group: list[FileScanTask] = []
-    size = 0
+    rows = 0
     for task in files:
-        if group and size + task.file.file_size_in_bytes > READ_BYTES_AT_ONCE:
+        if group and rows + task.file.record_count > READ_ROWS_AT_ONCE:
             yield group
-            group, size = [], 0
+            group, rows = [], 0
         group.append(task)
-        size += task.file.file_size_in_bytes
+        rows += task.file.record_count
     if group:
         yield group
