@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -40,9 +40,11 @@ import numpy as np
 import pyarrow as pa
 
 from bench.harness import (
+    REPO,
     RESULTS,
     RunStart,
     Stamp,
+    interleave,
     log,
     median,
     median_and_range,
@@ -178,7 +180,7 @@ def look_up(way: str) -> Lookup:
 
 
 def _child(home: Path, *args: str) -> str:
-    env = {**os.environ, "FM_HOME": str(home), "PYTHONPATH": str(Path.cwd())}
+    env = {**os.environ, "FM_HOME": str(home), "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [sys.executable, "-m", "bench.neardup_lookup", *args],
         env=env,
@@ -214,11 +216,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         home = Path(tmp) / "home"
         log(f"indexing {documents:,} documents x {BANDS} bands")
         _child(home, "--child-build", str(documents))
-        runs: dict[str, list[Lookup]] = {way: [] for way in WAYS}
-        for repeat in range(repeats):
-            for way in WAYS if repeat % 2 == 0 else reversed(list(WAYS)):
-                runs[way].append(Lookup(**json.loads(_child(home, "--child-way", way))))
-                log(f"{way} ({WAYS[way]}), repeat {repeat + 1}: {runs[way][-1].total_s:.2f} s")
+
+        def one_way(way: str) -> Callable[[], Lookup]:
+            def run() -> Lookup:
+                done = Lookup(**json.loads(_child(home, "--child-way", way)))
+                log(f"{way} ({WAYS[way]}): {done.total_s:.2f} s")
+                return done
+
+            return run
+
+        runs = interleave({way: one_way(way) for way in WAYS}, repeats)
     first = runs["A"][0]
     for way, done in runs.items():
         for run in done:
