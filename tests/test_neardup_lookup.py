@@ -89,11 +89,22 @@ def test_a_task_holds_only_the_index_rows_that_share_a_hash_or_a_document(
     assert found.schema.names == ["doc_id", "band", "band_hash", "batch_id"]
 
 
-def test_a_batch_without_shingled_documents_reads_nothing(fm_settings: Settings) -> None:
+def test_a_batch_without_shingled_documents_reads_no_index_file(
+    fm_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _index_batch(fm_settings, "b-0", 10, first_hash=0)
     handle = data_files.table_handle(fm_settings, "neardup_index", NS)
+    reads: list[int] = []
+    read_files = near_dedup_lookup.read_files
+
+    def counted(*args: object, **kwargs: object) -> pa.Table:
+        reads.append(1)
+        return read_files(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(near_dedup_lookup, "read_files", counted)
     found = other_batches_rows(
         handle, data_files.plan_handle(handle), [0, 1], "new", _band_tables([])
     )
+    assert reads == []
     assert found.num_rows == 0
     assert found.schema.names == ["doc_id", "band", "band_hash", "batch_id"]
