@@ -206,7 +206,9 @@ def _load_table(settings: Settings, name: str, identifier: str, namespace: str |
         _ensure_namespace(catalog, catalog_namespace(settings, namespace), properties)
     with _lock:
         table = catalog.create_table_if_not_exists(
-            identifier, schema=spec.schema, properties=COMMIT_RETRY_PROPERTIES
+            identifier,
+            schema=spec.schema,
+            properties={**COMMIT_RETRY_PROPERTIES, **dict(spec.properties)},
         )
     align_partitions(catalog, identifier, table, spec.partition_by, _lock)
     return catalog.load_table(identifier)

@@ -234,12 +234,16 @@ def commit_files(
     data_files: Sequence[DataFile],
     properties: dict[str, str],
     namespace: str | None = None,
+    table_properties: dict[str, str] | None = None,
 ) -> int:
-    """One transaction: remove the rows matching `replace` and add `data_files`; return the new
-    snapshot id. Readers see the old rows or the new ones, never a mix; a crash before the commit
-    leaves the old snapshot in place. `catalog.NOTHING` removes nothing (and reads nothing)."""
+    """One transaction: remove the rows matching `replace` and add `data_files` (and set
+    `table_properties` on the table, if given); return the new snapshot id. Readers see the old
+    rows or the new ones, never a mix; a crash before the commit leaves the old snapshot in
+    place. `catalog.NOTHING` removes nothing (and reads nothing)."""
 
     def apply(tx: Transaction, table: Table, properties: dict[str, str]) -> None:
+        if table_properties:
+            tx.set_properties(table_properties)
         if not isinstance(replace, AlwaysFalse):
             with warnings.catch_warnings():
                 # A first run of a batch has nothing to delete; pyiceberg warns, harmlessly.

@@ -19,13 +19,16 @@ import pyarrow as pa
 
 @dataclass(frozen=True)
 class TableSpec:
-    """A platform table: its name in the catalog, its Arrow schema, its identity partitions, and
-    whether each data namespace keeps its own copy (documents and what derives from them)."""
+    """A platform table: its name in the catalog, its Arrow schema, its identity partitions,
+    whether each data namespace keeps its own copy (documents and what derives from them), and
+    the table properties it is created with (`properties`: what a reader may rely on of a
+    table this platform version created, e.g. a layout)."""
 
     name: str
     schema: pa.Schema
     partition_by: tuple[str, ...] = ()
     per_namespace: bool = False
+    properties: tuple[tuple[str, str], ...] = ()
 
 
 _DECLARED: dict[str, TableSpec] = {}
