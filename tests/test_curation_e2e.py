@@ -236,6 +236,15 @@ def test_near_copies_in_a_later_batch_point_at_the_kept_document(curated: Curate
         assert first[original] in found[copy] and curated.first in found[copy]
     index = catalog.read_table(curated.settings, "neardup_index", namespace="cloud").to_pylist()
     assert {r["batch_id"] for r in index} == {curated.first, curated.second}
+    # Every kept document of both batches is indexed: its band hashes and its shingle set.
+    kept = {
+        str(r["doc_id"])
+        for batch in (curated.first, curated.second)
+        for r in _rows(curated, "near_deduplicated_documents", batch)
+    }
+    sets = Counter(str(r["doc_id"]) for r in index if r["band"] < 0)
+    assert {str(r["doc_id"]) for r in index if r["band"] >= 0} == kept
+    assert set(sets) == kept and set(sets.values()) == {1}
 
 
 def test_pii_is_redacted_and_audited_without_the_values(curated: Curated) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import datasketch
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -267,6 +268,32 @@ def test_rows_without_shingles_use_the_lookup_once_per_batch(articles: list[str]
     assert calls == [["d2", "d9"]]
     with pytest.raises(ValueError, match="shingles_of"):
         NearDupIndex.from_rows(bands_only).find_duplicates(["again"], [batch[0]])
+
+
+def test_rows_in_the_persisted_layout_load_with_their_shingle_set_rows(
+    articles: list[str],
+) -> None:
+    # The persisted index holds band rows with null shingles and one row per document, under
+    # a negative band, with its shingle set: such rows load without a `shingles_of`.
+    index = NearDupIndex()
+    index.find_duplicates([f"d{i}" for i in range(10)], articles[:10])
+    rows = index.new_index_rows()
+    carries = pc.is_valid(rows.column("shingle_hashes"))
+    sets = rows.filter(carries)
+    sets = sets.set_column(1, "band", pa.array([-3] * sets.num_rows, pa.int32()))
+    band_rows = rows.set_column(
+        rows.schema.get_field_index("shingle_hashes"),
+        "shingle_hashes",
+        pa.nulls(rows.num_rows, pa.list_(pa.int64())),
+    )
+    loaded = NearDupIndex.from_rows(
+        pa.concat_tables([t.cast(NEARDUP_INDEX_SCHEMA) for t in (sets, band_rows)])
+    )
+    assert len(loaded) == 10
+    decisions = loaded.find_duplicates(["copy", "new"], [edited(articles[6], 0.01), articles[40]])
+    assert [d.duplicate_of for d in decisions] == ["d6", None]
+    with pytest.raises(ValueError, match="lack their shingle_hashes"):
+        NearDupIndex.from_rows(sets.drop_columns(["shingle_hashes"]))
 
 
 def test_rows_round_trip_through_an_iceberg_table(articles: list[str], tmp_path: Path) -> None:

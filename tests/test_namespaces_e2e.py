@@ -186,7 +186,6 @@ def test_each_namespaces_tables_live_in_a_catalog_namespace_of_their_own(
         "quarantine",
         "document_index",
         "neardup_index",
-        "neardup_shingles",
         "pii_redactions",
         "contamination_matches",
     }

@@ -1,6 +1,7 @@
 """The near-dup index across many batches: small files compacted, detections unchanged, reruns
-replacing their own rows inside merged files, and an index written under the old layout
-(partitioned by batch and band, shingles on band-0 rows) read, then merged.
+replacing their own rows inside merged files; an index written under the old layout
+(partitioned by batch and band, shingles on band-0 rows) read, then merged; and the shingle sets
+older versions kept in a table of their own (`neardup_shingles`) moved into the index.
 
 Real articles from the shared extraction benchmark go through the stages on Ray up to
 `near_deduplicated_documents`, each test on both of the stage's paths (a small batch decided in
@@ -19,11 +20,16 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from fm_assets.curation.minhash.index import NearDupIndex
+from fm_assets.curation.minhash.index import (
+    SHINGLE_SETS_IN_INDEX,
+    SHINGLE_SETS_PROPERTY,
+    NearDupIndex,
+)
 from fm_assets.execution import near_dedup_compaction, near_dedup_small, pipeline
+from fm_assets.execution.near_dedup_migration import LEGACY_SCHEMA, LEGACY_TABLE
 from fm_assets.execution.runner import run_stage
 from fm_assets.settings import Settings, load_settings
-from fm_assets.storage import catalog
+from fm_assets.storage import catalog, data_files
 from fm_assets.storage.tables import table_spec
 from tests.articles import articles_policy, land_articles, long_articles, near_copy
 
@@ -50,7 +56,13 @@ class Home:
         (self.root / "policies.toml").write_text(articles_policy(min_words))
 
     def index_rows(self) -> list[dict[str, object]]:
-        return catalog.read_table(self.settings, "neardup_index", namespace="cloud").to_pylist()
+        """The index's band-hash rows."""
+        rows = catalog.read_table(self.settings, "neardup_index", namespace="cloud").to_pylist()
+        return [r for r in rows if int(str(r["band"])) >= 0]
+
+    def shingle_set_rows(self) -> list[dict[str, object]]:
+        rows = catalog.read_table(self.settings, "neardup_index", namespace="cloud").to_pylist()
+        return [r for r in rows if int(str(r["band"])) < 0]
 
     def snapshots(self, table: str) -> list[dict[str, str]]:
         loaded = catalog.load_table(self.settings, table, namespace="cloud")
@@ -64,9 +76,19 @@ class Home:
         loaded = catalog.load_table(self.settings, table, namespace="cloud")
         return [t.file.file_path for t in loaded.scan().plan_files()]
 
+    def band_files(self) -> list[str]:
+        """The index's files holding band-hash rows (by their band statistics)."""
+        handle = data_files.table_handle(self.settings, "neardup_index", "cloud")
+        return [
+            t.file.file_path
+            for t in data_files.plan_handle(handle)
+            if (data_files.value_range(handle, t, "band") or (0, 0))[1] >= 0
+        ]
 
-# How many index files (and shingle files) one small batch's run writes: one from the one-task
-# path (`near_dedup_small`), one per band group (a group per CPU) when the work is spread.
+
+# How many index files holding band rows one small batch's run writes: one from the one-task
+# path (`near_dedup_small`, its shingle sets in the same file), one per band group (a group per
+# CPU) when the work is spread (its shingle sets in files of their own, a bucket group's each).
 FILES_PER_BATCH = {"one_task": 1, "spread": 2}
 
 
@@ -123,10 +145,7 @@ def test_compacted_index_finds_the_copies_and_a_rerun_replaces_its_rows(home: Ho
     home.through_near_dedup(later)
 
     compactions = [s for s in home.snapshots("neardup_index") if s.get("fm.operation")]
-    assert compactions and compactions[0]["fm.operation"] == "compaction"
-    assert [s.get("fm.operation") for s in home.snapshots("neardup_shingles")].count(
-        "compaction"
-    ) == 1
+    assert compactions and {s["fm.operation"] for s in compactions} == {"compaction"}
     first_ids = _doc_ids(home, "raw_documents", first)
     found = _quarantined(home, later)
     assert set(found) == set(copies)
@@ -139,6 +158,8 @@ def test_compacted_index_finds_the_copies_and_a_rerun_replaces_its_rows(home: Ho
     per_doc = Counter((r["batch_id"], r["doc_id"]) for r in bands)
     kept = {(b, d) for b in (first, fresh, later) for d in _doc_ids(home, NEAR_DEDUP, b).values()}
     assert set(per_doc) == kept and set(per_doc.values()) == {14}
+    sets = Counter((r["batch_id"], r["doc_id"]) for r in home.shingle_set_rows())
+    assert set(sets) == kept and set(sets.values()) == {1}
 
     # A policy change drops one of the first batch's documents: its near-dup run again
     # removes that document's rows from the merged file and keeps the others exactly once.
@@ -153,6 +174,8 @@ def test_compacted_index_finds_the_copies_and_a_rerun_replaces_its_rows(home: Ho
     per_doc = Counter((r["batch_id"], r["doc_id"]) for r in home.index_rows())
     assert {d for b, d in per_doc if b == first} == set(kept_first.values())
     assert set(per_doc.values()) == {14}
+    sets = Counter((r["batch_id"], r["doc_id"]) for r in home.shingle_set_rows())
+    assert set(sets) == set(per_doc) and set(sets.values()) == {1}
 
 
 def test_an_index_of_the_old_layout_is_read_then_merged(
@@ -191,7 +214,10 @@ def test_an_index_of_the_old_layout_is_read_then_merged(
     assert set(found) == set(copies)
     for copy, original in copies.items():
         assert old_ids[original] in found[copy]
-    assert len(home.files("neardup_index")) == 14 + home.files_per_batch  # and the new batch's
+    assert len(home.band_files()) == 14 + home.files_per_batch  # and the new batch's
+    # The index, made by an old version, now says where its shingle sets are.
+    properties = catalog.load_table(home.settings, "neardup_index", namespace="cloud").properties
+    assert properties[SHINGLE_SETS_PROPERTY] == SHINGLE_SETS_IN_INDEX
 
     # The next batch's run merges the old files with the new: the index lists the old batch's
     # rows and the new batches', in files of the unpartitioned layout, and finds copies of both.
@@ -217,3 +243,58 @@ def test_an_index_of_the_old_layout_is_read_then_merged(
     assert not _doc_ids(home, NEAR_DEDUP, again)  # both were copies
     assert set(per_doc) == {("b-old", d) for d in old_ids.values()} | {(batch, d) for d in new_kept}
     assert set(per_doc.values()) == {14}
+
+
+def test_shingle_sets_of_an_older_version_table_are_moved_into_the_index(home: Home) -> None:
+    articles = home.articles
+    first = home.land("first", articles[:6])
+    home.through_near_dedup(first)
+    # Make the namespace what the versions before wrote: the shingle sets as rows of their own
+    # `neardup_shingles` table (batch_id, bucket, doc_id, shingle_hashes), none in the index,
+    # and an index table without the property that says where they are.
+    moved = home.shingle_set_rows()
+    assert moved, "the first batch indexed no shingle set"
+    identifier = f"{catalog.catalog_namespace(home.settings, 'cloud')}.{LEGACY_TABLE}"
+    legacy = catalog.open_catalog(home.settings).create_table(identifier, schema=LEGACY_SCHEMA)
+    legacy.append(
+        pa.table(
+            {
+                "batch_id": [r["batch_id"] for r in moved],
+                "bucket": [-1 - int(str(r["band"])) for r in moved],
+                "doc_id": [r["doc_id"] for r in moved],
+                "shingle_hashes": [r["shingle_hashes"] for r in moved],
+            },
+            schema=LEGACY_SCHEMA,
+        )
+    )
+    index = catalog.load_table(home.settings, "neardup_index", namespace="cloud")
+    index.delete("band < 0")
+    with index.transaction() as tx:
+        tx.remove_properties(SHINGLE_SETS_PROPERTY)
+    assert not home.shingle_set_rows()
+
+    # Copies of the first batch need its shingle sets to be confirmed: the run moves them in.
+    copies = {f"copy-{k}": k for k, _ in articles[1:3]}
+    texts = dict(articles)
+    later = home.land(
+        "later", [(c, near_copy(texts[k], i)) for i, (c, k) in enumerate(copies.items())]
+    )
+    home.through_near_dedup(later)
+    first_ids = _doc_ids(home, "raw_documents", first)
+    found = _quarantined(home, later)
+    assert set(found) == set(copies)
+    for copy, original in copies.items():
+        assert first_ids[original] in found[copy]
+
+    assert not catalog.open_catalog(home.settings).table_exists(identifier)
+    loaded = catalog.load_table(home.settings, "neardup_index", namespace="cloud")
+    assert loaded.properties[SHINGLE_SETS_PROPERTY] == SHINGLE_SETS_IN_INDEX
+    as_moved = sorted((r["batch_id"], r["doc_id"], r["band"], r["shingle_hashes"]) for r in moved)
+    now = sorted(
+        (r["batch_id"], r["doc_id"], r["band"], r["shingle_hashes"])
+        for r in home.shingle_set_rows()
+    )
+    assert now == as_moved  # the second batch kept nothing: both were copies
+    assert [s["fm.operation"] for s in home.snapshots("neardup_index")].count(
+        "shingle-sets-moved"
+    ) == 1

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from fm_assets.execution import near_dedup, near_dedup_small, pipeline
+from fm_assets.execution.near_dedup_tasks import shingle_bucket
 from fm_assets.execution.runner import run_stage
 from fm_assets.settings import load_settings
 from fm_assets.storage import catalog
@@ -33,7 +34,8 @@ class Decided:
     quarantined: list[tuple[str, str, str, str]]  # batch, document, rule, reason
     kept: list[tuple[str, str]]  # batch, document
     index: list[tuple[str, str, int, int]]  # batch, document, band, band hash
-    shingles: list[tuple[str, str, tuple[int, ...]]]  # batch, document, shingle set
+    # batch, document, whether under its bucket's band, shingle set
+    shingles: list[tuple[str, str, bool, tuple[int, ...]]]
 
 
 def _decide(root: Path, monkeypatch: pytest.MonkeyPatch) -> Decided:
@@ -86,13 +88,22 @@ def _decide(root: Path, monkeypatch: pytest.MonkeyPatch) -> Decided:
         for b in batches
         for r in catalog.read_batch(settings, NEAR_DEDUP, b).to_pylist()
     )
+    rows = catalog.read_table(settings, "neardup_index", namespace="cloud").to_pylist()
     index = sorted(
         (names[str(r["batch_id"])], external[str(r["doc_id"])], r["band"], r["band_hash"])
-        for r in catalog.read_table(settings, "neardup_index", namespace="cloud").to_pylist()
+        for r in rows
+        if r["band"] >= 0
     )
+    # A kept document's shingle set is one index row, under the band of its id's bucket.
     shingles = sorted(
-        (names[str(r["batch_id"])], external[str(r["doc_id"])], tuple(r["shingle_hashes"]))
-        for r in catalog.read_table(settings, "neardup_shingles", namespace="cloud").to_pylist()
+        (
+            names[str(r["batch_id"])],
+            external[str(r["doc_id"])],
+            r["band"] == -1 - shingle_bucket(str(r["doc_id"])),
+            tuple(r["shingle_hashes"]),
+        )
+        for r in rows
+        if r["band"] < 0
     )
     return Decided(quarantined, kept, index, shingles)
 
@@ -129,5 +140,8 @@ def test_one_task_and_spread_paths_decide_and_index_alike(
     kept_new = {d for b, d in one_task.kept if b == "batch-1"}
     assert kept_new <= new_articles and len(kept_new) >= 4, kept_new
     assert {(b, d) for b, d, _, _ in one_task.index} == set(one_task.kept)
+    assert sorted((b, d, in_bucket) for b, d, in_bucket, _ in one_task.shingles) == sorted(
+        (b, d, True) for b, d in one_task.kept
+    )
     assert one_task == spread, "the one-task path decided or indexed otherwise than the spread"
     assert mixed == spread

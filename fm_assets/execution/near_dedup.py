@@ -8,7 +8,8 @@ shingle bucket) at a time.
     confirm   per slice: exact shingle Jaccard of its pairs, fetching only partners' buckets
     resolve   one task: the batch in order (a duplicate needs a *kept* partner), over the
               confirmed pairs only
-    write     per slice its documents; per band its index rows; per bucket its shingle sets
+    write     per slice its documents; per band group its index rows; per bucket group its
+              documents' shingle sets (index rows too, under negative bands)
 
 A batch of one small slice runs the same steps in one task instead (`near_dedup_small`).
 
@@ -26,6 +27,7 @@ from pyiceberg.table import FileScanTask
 
 from fm_assets.execution.compute import Progress, get, remote, run_tasks
 from fm_assets.execution.near_dedup_compaction import compact
+from fm_assets.execution.near_dedup_migration import with_shingle_sets_in_index
 from fm_assets.execution.near_dedup_small import decided_in_one_task, run_in_one_task
 from fm_assets.execution.near_dedup_tasks import (
     SHINGLE_BUCKETS,
@@ -35,7 +37,12 @@ from fm_assets.execution.near_dedup_tasks import (
     resolve,
     sketch_slice,
 )
-from fm_assets.execution.near_dedup_writes import write_band, write_shingles, write_slice
+from fm_assets.execution.near_dedup_writes import (
+    BAND_HASHES,
+    SHINGLE_SETS,
+    write_index_rows,
+    write_slice,
+)
 from fm_assets.execution.planning import table_slices, task_groups
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome
 from fm_assets.settings import Settings
@@ -79,20 +86,18 @@ def run_near_dedup(
 
     # The batch's data namespace's own index: near dedup never reads another namespace's.
     namespace = source.namespace
+    index = table_handle(settings, "neardup_index", namespace)
+    with_shingle_sets_in_index(settings, index, config, progress)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="near-dedup-plan") as planner:
-        # Other batches' index and shingle files do not depend on this batch's sketches: the
-        # driver compacts and plans them (a scan of every manifest of each table) while the
-        # workers sketch. The plan holds this batch's own rows only on a rerun, and the readers
-        # skip them by `batch_id`.
-        planned = [
-            planner.submit(compact, settings, name, namespace, progress)
-            for name in ("neardup_index", "neardup_shingles")
-        ]
+        # Other batches' index files do not depend on this batch's sketches: the driver
+        # compacts and plans them (a scan of every manifest of the table) while the workers
+        # sketch. The plan holds this batch's own rows only on a rerun, and the readers skip
+        # them by `batch_id`.
+        planned = planner.submit(compact, settings, "neardup_index", namespace, progress)
         rows_in = sum(run_tasks(submit_sketch, len(slices), progress=progress, label="sketch"))
-        other_index, other_shingles = (plan.result() for plan in planned)
+        other_index = planned.result()
 
     index = table_handle(settings, "neardup_index", namespace)
-    shingles = table_handle(settings, "neardup_shingles", namespace)
     routes = min(len(slices), MAX_ROUTES) or 1
     band_groups = task_groups(bands, cpus, rows_in, BAND_ROWS_PER_TASK)
     bucket_groups = task_groups(SHINGLE_BUCKETS, cpus, rows_in, SHINGLE_ROWS_PER_TASK)
@@ -108,10 +113,9 @@ def run_near_dedup(
         )
         for group in band_groups
     ]
-    # Files of other batches' shingle sets (and the index's band-0 rows, which held them before
-    # `neardup_shingles` existed): put once, shared by every confirming task.
-    stored = ray.put(other_shingles)
-    legacy = ray.put(files_holding(index, other_index, "band", [0]))
+    # Files of other batches' shingle sets (their rows of negative band, or band-0 rows of
+    # older versions): put once, shared by every confirming task.
+    stored = ray.put(files_holding(index, other_index, "band", [-SHINGLE_BUCKETS, 0]))
     shingle_refs = [[refs[1 + bands + k] for k in range(SHINGLE_BUCKETS)] for refs in sketched]
     confirm = remote(confirm_pairs)
     confirmed = [
@@ -119,10 +123,8 @@ def run_near_dedup(
             i,
             config,
             shingle_refs,
-            shingles,
-            stored,
             index,
-            legacy,
+            stored,
             *[refs[1 + i % routes] for refs in paired],
         )
         for i in range(len(slices))
@@ -131,38 +133,29 @@ def run_near_dedup(
     duplicates, found = remote(resolve, num_returns=2).remote(preexisting, *confirmed)
     progress(f"{stage.name}: {get(found)} near-duplicates among {rows_in} documents")
 
-    # The index, the shingle sets and the slices' data files are written by one stream of
-    # tasks: none waits for another, so no core idles between the three kinds.
-    band_writer, bucket_writer, writer = (
-        remote(write_band),
-        remote(write_shingles),
-        remote(write_slice),
-    )
+    # The index's band and shingle-set rows and the slices' data files are written by one
+    # stream of tasks: none waits for another, so no core idles between the three kinds.
+    index_writer, writer = remote(write_index_rows), remote(write_slice)
     first_bucket, first_slice = len(band_groups), len(band_groups) + len(bucket_groups)
 
     def write(task: int) -> Any:
-        if task < first_bucket:
-            group = band_groups[task]
-            return band_writer.remote(
+        if task < first_slice:
+            # A band group's band-hash rows, or a bucket group's shingle sets (1 + bands + k).
+            kind, group, offset = (
+                (BAND_HASHES, band_groups[task], 1)
+                if task < first_bucket
+                else (SHINGLE_SETS, bucket_groups[task - first_bucket], 1 + bands)
+            )
+            return index_writer.remote(
                 index,
+                kind,
                 group,
                 batch_id,
                 config,
                 duplicates,
                 preexisting,
                 outputs.write_id,
-                *[refs[1 + b] for b in group for refs in sketched],
-            )
-        if task < first_slice:
-            group = bucket_groups[task - first_bucket]
-            return bucket_writer.remote(
-                shingles,
-                group,
-                batch_id,
-                duplicates,
-                preexisting,
-                outputs.write_id,
-                *[refs[1 + bands + k] for k in group for refs in sketched],
+                *[refs[offset + part] for part in group for refs in sketched],
             )
         i = task - first_slice
         return writer.remote(stage, source, slices[i], i, duplicates, outputs)
@@ -170,8 +163,4 @@ def run_near_dedup(
     written = run_tasks(write, first_slice + len(slices), progress=progress, label=stage.name)
     index_files, shingle_files = written[:first_bucket], written[first_bucket:first_slice]
     outcomes = written[first_slice:]
-    extra = {
-        "neardup_index": [f for files_ in index_files for f in files_],
-        "neardup_shingles": [f for files_ in shingle_files for f in files_],
-    }
-    return outcomes, extra
+    return outcomes, {"neardup_index": [f for part in index_files + shingle_files for f in part]}

@@ -1,12 +1,13 @@
 """Compaction of a namespace's near-dup index: many batches' small files merged into one.
 
-Every near-dedup run adds a few files to `neardup_index` and `neardup_shingles` (one per band
-group and bucket group task), and the next run reads the files holding its bands: without
+Every near-dedup run adds a few files to `neardup_index` (one per band group and bucket group
+task, one on a small batch), and the next run reads the files holding its bands: without
 compaction a namespace of a thousand small batches would make each new batch open thousands of
 files. Once `COMPACT_AT` files under `COMPACT_BELOW` bytes have gathered, one Ray task merges
-them (sorted like the writers sort: by band then hash, by bucket then id) and one snapshot
-swaps them for the merged file: the same rows, so no reader sees a change. Files written by
-older platform versions (partitioned by batch and band) are small and are merged the same way.
+them (sorted like the writers sort: by band, then hash, then id: a shingle-set row's hash is 0)
+and one snapshot swaps them for the merged file: the same rows, so no reader sees a change.
+Files written by older platform versions (partitioned by batch and band) are small and are
+merged the same way.
 
 It runs inside the near-dedup stage, which holds the namespace's near-dedup lock: no other
 writer touches these tables meanwhile. A swap that finds its files already gone gives up
@@ -39,10 +40,7 @@ from fm_assets.storage.data_files import (
 COMPACT_BELOW = 32 << 20  # a file this small is merged with others
 COMPACT_AT = 8  # small files of a table that start a compaction
 MERGE_BYTES = 256 << 20  # at most this many bytes of small files go into one merge task
-SORT_KEYS = {
-    "neardup_index": ("band", "band_hash"),
-    "neardup_shingles": ("bucket", "doc_id"),
-}
+SORT_KEYS = {"neardup_index": ("band", "band_hash", "doc_id")}
 
 
 def compacted(

@@ -7,8 +7,8 @@ more than the work: measured on 20 pages, the spread rounds took ~0.10 s, the sa
 task ~0.08 s, of which MinHash ~3 ms and the rest reading and writing the slice, index and
 shingle files. A batch of one slice and at most `ONE_TASK_ROWS` documents is decided where its
 rows are: one task reads the slice once, decides against the namespace's index (read by band
-and by bucket as the spread path reads it) and writes the slice's documents, its index rows
-and its shingle sets. Same functions, same inputs: the same detections
+and by bucket as the spread path reads it) and writes the slice's documents and one index
+file of its band hashes and shingle sets. Same functions, same inputs: the same detections
 (`tests/test_neardup_paths.py`)."""
 
 from __future__ import annotations
@@ -16,26 +16,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
 
 from fm_assets.execution.compute import Progress, remote, run_tasks
 from fm_assets.execution.near_dedup_compaction import compacted
 from fm_assets.execution.near_dedup_lookup import other_batches_rows
+from fm_assets.execution.near_dedup_migration import with_shingle_sets_in_index
 from fm_assets.execution.near_dedup_tasks import (
     CONFIRMED,
     SHINGLE_BUCKETS,
     candidates_among,
     confirm_pairs,
-    files_holding,
     resolve,
     sketch_rows,
 )
-from fm_assets.execution.near_dedup_writes import write_band, write_rows, write_shingles
+from fm_assets.execution.near_dedup_writes import band_rows, shingle_set_rows, write_rows
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome
 from fm_assets.settings import Settings
 from fm_assets.stages.neardup import NearDupStage
-from fm_assets.storage.data_files import TableHandle, plan_handle, read_files
+from fm_assets.storage.data_files import TableHandle, plan_handle, read_files, write_files
 
 # Up to this many documents (and one slice) a batch is decided in one task. A one-slice batch
 # is sketched by one task on either path; what spreading still buys (two band groups and the
@@ -51,7 +52,6 @@ class OneTaskResult:
 
     outcome: SliceOutcome
     index_files: list[DataFile]
-    shingle_files: list[DataFile]
 
     @property
     def records_in(self) -> int:  # read by `run_tasks`' progress line
@@ -77,19 +77,19 @@ def run_in_one_task(
 ) -> tuple[list[SliceOutcome], dict[str, list[DataFile]]]:
     """Decide and write a one-slice batch in one Ray task; return its outcome and index files."""
     namespace = source.namespace
-    # The task plans the index's files itself, from these handles (no catalog call).
+    # The task plans the index's files itself, from this handle (no catalog call).
     index = compacted(settings, "neardup_index", namespace, progress)
-    shingles = compacted(settings, "neardup_shingles", namespace, progress)
+    index = with_shingle_sets_in_index(settings, index, stage.minhash, progress)
     decide = remote(decide_one_slice)
     (result,) = run_tasks(
-        lambda _: decide.remote(stage, source, tasks, outputs, index, shingles),
+        lambda _: decide.remote(stage, source, tasks, outputs, index),
         1,
         progress=progress,
         label=stage.name,
     )
     # No "near-duplicates among" line: the runner's next line says as much (each quarantined
     # row is one), and on the embedded Dagster instance each line is an event-log write.
-    extra = {"neardup_index": result.index_files, "neardup_shingles": result.shingle_files}
+    extra = {"neardup_index": result.index_files}
     return [result.outcome], extra
 
 
@@ -99,7 +99,6 @@ def decide_one_slice(
     tasks: list[FileScanTask],
     outputs: Outputs,
     index: TableHandle,
-    shingles: TableHandle,
 ) -> OneTaskResult:
     """The spread path's steps for slice 0, in turn, in this task (a Ray task).
 
@@ -116,41 +115,21 @@ def decide_one_slice(
     index_plan = plan_handle(index)
     earlier = other_batches_rows(index, index_plan, bands, batch_id, band_tables)
     preexisting, pairs = candidates_among(bands, earlier, batch_id, 1, *band_tables)
-    # Most batches of a namespace have no candidate pair: the stored shingle sets are planned
-    # only for a batch that has one (a plan reads the table's manifests: ~4 ms).
     confirmed = (
-        confirm_pairs(
-            0,
-            config,
-            [bucket_tables],
-            shingles,
-            plan_handle(shingles),
-            index,
-            files_holding(index, index_plan, "band", [0]),
-            pairs,
-        )
+        confirm_pairs(0, config, [bucket_tables], index, index_plan, pairs)
         if pairs.num_rows
         else CONFIRMED.empty_table()
     )
     duplicates, _ = resolve([preexisting], confirmed)
-    index_files = write_band(
-        index,
-        bands,
-        batch_id,
-        config,
-        duplicates,
-        [preexisting],
-        outputs.write_id,
-        *band_tables,
+    # One file of the index for both kinds of row: shingle sets (negative bands) first, then
+    # band hashes, so the file is sorted by band as the spread path's files are.
+    kept = (duplicates, [preexisting])
+    rows = pa.concat_tables(
+        [
+            shingle_set_rows(range(SHINGLE_BUCKETS), batch_id, config, *kept, *bucket_tables),
+            band_rows(bands, batch_id, config, *kept, *band_tables),
+        ]
     )
-    shingle_files = write_shingles(
-        shingles,
-        list(range(SHINGLE_BUCKETS)),
-        batch_id,
-        duplicates,
-        [preexisting],
-        outputs.write_id,
-        *bucket_tables,
-    )
+    index_files = write_files(index, rows, outputs.write_id, 2_000_000)
     outcome = write_rows(stage, batch, tasks, 0, duplicates, outputs)
-    return OneTaskResult(outcome, index_files, shingle_files)
+    return OneTaskResult(outcome, index_files)

@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.table import FileScanTask
 
+from fm_assets.curation.minhash.index import shingle_set_band
 from fm_assets.curation.minhash.signatures import MinHashConfig, jaccard, sketch
 from fm_assets.execution.near_dedup_lookup import other_batches_rows
 from fm_assets.execution.planning import tables_by_part
@@ -192,18 +194,15 @@ def confirm_pairs(
     slice_no: int,
     config: MinHashConfig,
     shingle_refs: list[list[Any]],
-    stored: TableHandle,
-    stored_files: list[FileScanTask],
     index: TableHandle,
-    legacy_files: list[FileScanTask],
+    index_files: list[FileScanTask],
     *pair_tables: pa.Table,
 ) -> pa.Table:
     """The pairs of this slice's documents whose exact shingle Jaccard reaches the threshold.
 
     `shingle_refs[slice][bucket]` are the batch's shingle tables (object references, fetched
-    only where a partner lives, or the tables themselves); other batches' shingles come from
-    `stored` (the `neardup_shingles` table), or for batches indexed before it existed, from the
-    band-0 rows of `index`.
+    only where a partner lives, or the tables themselves); other batches' shingle sets come
+    from their rows in `index_files` (`stored_shingles`).
     """
     import ray
 
@@ -241,10 +240,7 @@ def confirm_pairs(
             if p < 0
         }
     )
-    shingles_of_doc = stored_shingles(stored, stored_files, outside)
-    missing = [d for d in outside if d not in shingles_of_doc]
-    if missing:
-        shingles_of_doc |= legacy_shingles(index, legacy_files, missing)
+    shingles_of_doc = stored_shingles(index, index_files, outside)
     confirmed = []
     for row in pairs.to_pylist():
         own = shingles_of_pos[row["pos"]]
@@ -264,48 +260,39 @@ def confirm_pairs(
 
 
 def stored_shingles(
-    stored: TableHandle, files: Sequence[FileScanTask], doc_ids: Sequence[str]
+    index: TableHandle, files: Sequence[FileScanTask], doc_ids: Sequence[str]
 ) -> dict[str, np.ndarray[Any, Any]]:
-    """Shingle sets of documents of other batches, reading only the buckets they fall in."""
+    """Shingle sets of documents of other batches, from the index's `files`: their shingle-set
+    rows, reading only the files (and row groups) whose bands hold the documents' buckets; or,
+    for documents indexed by platform versions before those rows, their band-0 rows."""
     if not doc_ids:
         return {}
     wanted = set(doc_ids)
-    buckets = {shingle_bucket(d) for d in wanted}
-    chosen = [f for f in files if _may_hold(value_range(stored, f, "bucket"), buckets)]
+    bands = sorted({shingle_set_band(shingle_bucket(d)) for d in wanted} | {0})
+    chosen = [f for f in files if _may_hold(value_range(index, f, "band"), bands)]
     table = read_files(
-        stored, chosen, ("doc_id", "shingle_hashes"), catalog.where_in("doc_id", sorted(wanted))
+        index,
+        chosen,
+        ("doc_id", "shingle_hashes"),
+        catalog.where_all(
+            catalog.where_in("band", bands), catalog.where_in("doc_id", sorted(wanted))
+        ),
     )
-    found: dict[str, np.ndarray[Any, Any]] = {}
-    for doc, values in zip(
-        table.column("doc_id").to_pylist(),
-        table.column("shingle_hashes").to_numpy(zero_copy_only=False),
-        strict=True,
-    ):
-        if doc in wanted:
-            found[doc] = np.asarray(values, dtype=np.int64).view(np.uint64)
-    return found
+    # A band-0 row holds a shingle set only if an older version wrote it.
+    table = table.filter(pc.is_valid(table.column("shingle_hashes")))
+    return {
+        doc: np.asarray(values, dtype=np.int64).view(np.uint64)
+        for doc, values in zip(
+            table.column("doc_id").to_pylist(),
+            table.column("shingle_hashes").to_numpy(zero_copy_only=False),
+            strict=True,
+        )
+    }
 
 
-def _may_hold(found: tuple[int, int] | None, wanted: set[int]) -> bool:
+def _may_hold(found: tuple[int, int] | None, wanted: Sequence[int]) -> bool:
     """Whether a file whose values span `found` (None: unknown) may hold one of `wanted`."""
     return found is None or any(found[0] <= w <= found[1] for w in wanted)
-
-
-def legacy_shingles(
-    index: TableHandle, files: Sequence[FileScanTask], doc_ids: Sequence[str]
-) -> dict[str, np.ndarray[Any, Any]]:
-    """Shingle sets kept on band-0 index rows by platform versions before `neardup_shingles`."""
-    wanted = set(doc_ids)
-    table = read_files(
-        index, files, ("doc_id", "shingle_hashes"), catalog.where_in("doc_id", sorted(wanted))
-    )
-    found: dict[str, np.ndarray[Any, Any]] = {}
-    docs = table.column("doc_id").to_pylist()
-    values = table.column("shingle_hashes").to_pylist()
-    for doc, shingles in zip(docs, values, strict=True):
-        if doc in wanted and shingles is not None:
-            found[doc] = np.asarray(shingles, dtype=np.int64).view(np.uint64)
-    return found
 
 
 def resolve(preexisting: Sequence[pa.Array], *confirmed: pa.Table) -> tuple[pa.Table, int]:

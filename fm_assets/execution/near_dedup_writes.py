@@ -1,7 +1,6 @@
-"""The Ray tasks that write a near-dedup decision: the kept documents' band hashes
-(`neardup_index`) and shingle sets (`neardup_shingles`) into the namespace's index, one data
-file per task, sorted by band or bucket; and each slice's documents into the stage's tables.
-`execution.near_dedup` orchestrates them."""
+"""The Ray tasks that write a near-dedup decision: the kept documents' band hashes and shingle
+sets into the namespace's index (`neardup_index`), one data file per task, sorted by band; and
+each slice's documents into the stage's tables. `execution.near_dedup` orchestrates them."""
 
 from __future__ import annotations
 
@@ -46,21 +45,17 @@ def _kept_rows(
     return rows.filter(pc.invert(pc.is_in(rows.column("pos"), value_set=dropped)))
 
 
-def write_band(
-    index: TableHandle,
+def band_rows(
     bands: Sequence[int],
     batch_id: str,
     config: MinHashConfig,
     duplicates: pa.Table,
     preexisting: list[pa.Array],
-    write_id: Any,
     *band_tables: pa.Table,
-) -> list[Any]:
-    """This batch's `neardup_index` rows of a group of bands (`band_tables`: each band's slice
-    tables in turn): its kept documents' band hashes, as one data file sorted by band (then
-    hash), so a reader of one band reads only the row groups holding it."""
-    if not bands:
-        return []
+) -> pa.Table:
+    """This batch's band rows of `neardup_index` for a group of bands (`band_tables`: each
+    band's slice tables in turn): its kept documents' band hashes, sorted by band (then hash),
+    so a reader of one band reads only the row groups holding it."""
     rows = _kept_rows(bands, band_tables, BAND_ROWS, "band", duplicates, preexisting)
     n = rows.num_rows
     table = pa.table(
@@ -74,36 +69,60 @@ def write_band(
         }
     )
     # A stable sort: rows of equal hash keep their slice order, as before.
-    ordered = table.sort_by([("band", "ascending"), ("band_hash", "ascending")])
-    return write_files(index, ordered, write_id, 2_000_000 + bands[0])
+    return table.sort_by([("band", "ascending"), ("band_hash", "ascending")])
 
 
-def write_shingles(
-    stored: TableHandle,
+def shingle_set_rows(
     buckets: Sequence[int],
     batch_id: str,
+    config: MinHashConfig,
     duplicates: pa.Table,
     preexisting: list[pa.Array],
-    write_id: Any,
     *bucket_tables: pa.Table,
-) -> list[Any]:
-    """This batch's `neardup_shingles` rows of a group of buckets (`bucket_tables`: each
-    bucket's slice tables in turn): its kept documents' shingle sets, as one data file sorted
-    by bucket, then document id."""
-    if not buckets:
-        return []
+) -> pa.Table:
+    """This batch's shingle-set rows of `neardup_index` for a group of buckets (`bucket_tables`:
+    each bucket's slice tables in turn): its kept documents' shingle sets, one row each under
+    band `shingle_set_band(bucket)`, sorted by band, then document id."""
     rows = _kept_rows(buckets, bucket_tables, SHINGLES, "bucket", duplicates, preexisting)
     n = rows.num_rows
+    band = pc.subtract(pa.scalar(-1, pa.int32()), rows.column("bucket"))  # shingle_set_band
     table = pa.table(
         {
             "batch_id": pa.array([batch_id] * n, pa.string()),
-            "bucket": rows.column("bucket"),
             "doc_id": rows.column("doc_id"),
+            "band": band,
+            "band_hash": pa.array(np.zeros(n, dtype=np.int64)),
             "shingle_hashes": rows.column("shingle_hashes"),
+            "index_config": pa.array([config.index_config] * n, pa.string()),
         }
     )
-    ordered = table.sort_by([("bucket", "ascending"), ("doc_id", "ascending")])
-    return write_files(stored, ordered, write_id, 3_000_000 + buckets[0])
+    return table.sort_by([("band", "ascending"), ("doc_id", "ascending")])
+
+
+# What `write_index_rows` writes: band-hash rows of a group of bands, or shingle-set rows of a
+# group of buckets; and the first task number of each kind (file names differ by kind).
+BAND_HASHES, SHINGLE_SETS = "band hashes", "shingle sets"
+_ROWS_OF = {BAND_HASHES: (band_rows, 2_000_000), SHINGLE_SETS: (shingle_set_rows, 3_000_000)}
+
+
+def write_index_rows(
+    index: TableHandle,
+    kind: str,
+    parts: Sequence[int],
+    batch_id: str,
+    config: MinHashConfig,
+    duplicates: pa.Table,
+    preexisting: list[pa.Array],
+    write_id: Any,
+    *tables: pa.Table,
+) -> list[Any]:
+    """This batch's index rows of one `kind` for a group of bands or buckets (`parts`; `tables`:
+    each part's slice tables in turn), written as one data file of the index (a Ray task)."""
+    if not parts:
+        return []
+    make_rows, first_task = _ROWS_OF[kind]
+    rows = make_rows(parts, batch_id, config, duplicates, preexisting, *tables)
+    return write_files(index, rows, write_id, first_task + parts[0])
 
 
 def write_slice(

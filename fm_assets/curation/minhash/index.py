@@ -18,49 +18,52 @@ from fm_assets.storage.tables import TableSpec, declare
 
 I64 = npt.NDArray[np.int64]
 
-# Persisted near-duplicate index: one row per (kept document, band). Hashes are uint64 bits
-# stored as int64 (Iceberg has no unsigned types); view them back with `.view(np.uint64)`.
+# Persisted near-duplicate index: one row per (kept document, band), and one per kept document
+# holding its shingle set. Hashes are uint64 bits stored as int64 (Iceberg has no unsigned
+# types); view them back with `.view(np.uint64)`.
 NEARDUP_INDEX_SCHEMA = pa.schema(
     [
         pa.field("doc_id", pa.string(), nullable=False),
-        pa.field("band", pa.int32(), nullable=False),  # 0 .. bands-1
-        pa.field("band_hash", pa.int64(), nullable=False),  # band index is mixed in
-        # The document's sorted, unique shingle hashes, on its band-0 row only (null otherwise),
-        # so scans that only need the band lookup can skip the column.
+        # 0 .. bands-1: a band hash row. Below 0: the document's shingle-set row, in "band"
+        # -1 - bucket (`shingle_set_band`), so a reader of band rows never reads it.
+        pa.field("band", pa.int32(), nullable=False),
+        pa.field("band_hash", pa.int64(), nullable=False),  # band index mixed in; 0 on a set row
+        # The document's sorted, unique shingle hashes: on its shingle-set row (older platform
+        # versions put them on its band-0 row), null otherwise, so scans that only need the
+        # band lookup can skip the column.
         pa.field("shingle_hashes", pa.list_(pa.int64()), nullable=True),
         pa.field("index_config", pa.string(), nullable=False),  # MinHashConfig.index_config
     ]
 )
 
+# Set on a `neardup_index` table whose kept documents' shingle sets are its own rows of negative
+# band. Tables this version creates carry it; an older one gets it when the separate
+# `neardup_shingles` table of the versions before has been moved in
+# (`execution.near_dedup_migration`).
+SHINGLE_SETS_PROPERTY = "fm.shingle-sets"
+SHINGLE_SETS_IN_INDEX = "index-rows"
 
-# The near-duplicate index of one data namespace: band hashes of every kept document of every batch
-# landed into it (each namespace keeps its own, like every table naming documents). Unpartitioned,
-# so that the small files of many batches can be compacted into one (`near_dedup_compaction`):
-# each file is sorted by band, and a scan for one band skips the files (and row groups) whose
-# band statistics exclude it. Files of older platform versions sit under the (batch_id, band)
-# spec until compaction rewrites them; their band-0 rows may carry the document's shingle set.
+
+def shingle_set_band(bucket: int) -> int:
+    """The `band` of a shingle-set row of a document of `bucket` (`bucket` >= 0)."""
+    return -1 - bucket
+
+
+# The near-duplicate index of one data namespace: band hashes and shingle sets of every kept
+# document of every batch landed into it (each namespace keeps its own, like every table naming
+# documents). Unpartitioned, so that the small files of many batches can be compacted into one
+# (`near_dedup_compaction`): each file is sorted by band (shingle-set rows first, by bucket and
+# document id), and a scan for one band, or for the shingle sets of some buckets, skips the
+# files (and row groups) whose band statistics exclude it. Files of older platform versions sit
+# under the (batch_id, band) spec until compaction rewrites them; their band-0 rows may carry
+# the document's shingle set.
 declare(
     TableSpec(
         "neardup_index",
         pa.schema([pa.field("batch_id", pa.string(), nullable=False), *NEARDUP_INDEX_SCHEMA]),
         (),
         per_namespace=True,
-    ),
-    # Every kept document's shingle set, with the bucket of its id: what exact-Jaccard
-    # confirmation of a candidate from another batch reads. Files are sorted by (bucket, doc_id),
-    # so a lookup reads the files and row groups whose statistics hold its ids.
-    TableSpec(
-        "neardup_shingles",
-        pa.schema(
-            [
-                pa.field("batch_id", pa.string(), nullable=False),
-                pa.field("bucket", pa.int32(), nullable=False),
-                pa.field("doc_id", pa.string(), nullable=False),
-                pa.field("shingle_hashes", pa.list_(pa.int64()), nullable=False),
-            ]
-        ),
-        (),
-        per_namespace=True,
+        properties=((SHINGLE_SETS_PROPERTY, SHINGLE_SETS_IN_INDEX),),
     ),
 )
 
@@ -140,13 +143,16 @@ class NearDupIndex:
                     f"{self.config.index_config!r}; rebuild the near-dup index under this config"
                 )
         bands = rows.column("band").to_numpy()
-        if bands.min() < 0 or bands.max() >= self.config.bands:
+        if bands.max() >= self.config.bands:
             raise ValueError(f"index rows have bands outside 0..{self.config.bands - 1}")
+        set_rows = bands < 0  # a document's shingle-set row: no band hash to look up
+        if set_rows.any() and "shingle_hashes" not in rows.column_names:
+            raise ValueError("shingle-set index rows (band < 0) lack their shingle_hashes")
         encoded = pc.dictionary_encode(rows.column("doc_id").combine_chunks())
         numbers = np.array([self._number_of(d) for d in encoded.dictionary.to_pylist()])
         docs = numbers[encoded.indices.to_numpy()].astype(np.int64)
         hashes = rows.column("band_hash").to_numpy().astype(np.int64).view(np.uint64)
-        self._add_run(hashes, docs)
+        self._add_run(hashes[~set_rows], docs[~set_rows])
         if "shingle_hashes" in rows.column_names:
             lists = rows.column("shingle_hashes").combine_chunks()
             offsets = lists.offsets.to_numpy()
