@@ -86,8 +86,9 @@ def run_near_dedup(
 
     # The batch's data namespace's own index: near dedup never reads another namespace's.
     namespace = source.namespace
-    index = table_handle(settings, "neardup_index", namespace)
-    with_shingle_sets_in_index(settings, index, config, progress)
+    with_shingle_sets_in_index(
+        settings, table_handle(settings, "neardup_index", namespace), config, progress
+    )
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="near-dedup-plan") as planner:
         # Other batches' index files do not depend on this batch's sketches: the driver
         # compacts and plans them (a scan of every manifest of the table) while the workers
@@ -161,6 +162,5 @@ def run_near_dedup(
         return writer.remote(stage, source, slices[i], i, duplicates, outputs)
 
     written = run_tasks(write, first_slice + len(slices), progress=progress, label=stage.name)
-    index_files, shingle_files = written[:first_bucket], written[first_bucket:first_slice]
-    outcomes = written[first_slice:]
-    return outcomes, {"neardup_index": [f for part in index_files + shingle_files for f in part]}
+    index_files = [f for task_files in written[:first_slice] for f in task_files]
+    return written[first_slice:], {"neardup_index": index_files}
