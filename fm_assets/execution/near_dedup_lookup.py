@@ -13,12 +13,13 @@ index (7 million rows) and a batch of 20.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.table import FileScanTask
 
+from fm_assets.execution.planning import files_by_rows
 from fm_assets.storage import catalog
 from fm_assets.storage.data_files import TableHandle, read_files
 
@@ -58,7 +59,7 @@ def other_batches_rows(
         catalog.where_not_equal("batch_id", batch_id),
     )
     found = []
-    for files in _read_groups(other_files):
+    for files in files_by_rows(other_files, READ_ROWS_AT_ONCE):
         rows = read_files(others, files, INDEX_LOOKUP.names, row_filter)
         matters = pc.or_(
             pc.is_in(rows.column("band_hash"), value_set=hashes),
@@ -73,18 +74,3 @@ def _distinct(tables: Sequence[pa.Table], column: str, kind: pa.DataType) -> pa.
     if not values:
         return pa.array([], kind)
     return pc.unique(pa.chunked_array(values, kind))
-
-
-def _read_groups(files: Sequence[FileScanTask]) -> Iterator[list[FileScanTask]]:
-    """`files` in consecutive groups of at most `READ_ROWS_AT_ONCE` rows (a bigger file on its
-    own)."""
-    group: list[FileScanTask] = []
-    rows = 0
-    for task in files:
-        if group and rows + task.file.record_count > READ_ROWS_AT_ONCE:
-            yield group
-            group, rows = [], 0
-        group.append(task)
-        rows += task.file.record_count
-    if group:
-        yield group

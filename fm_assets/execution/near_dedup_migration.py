@@ -21,13 +21,14 @@ import uuid
 from collections.abc import Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
 
 from fm_assets.curation.minhash.index import SHINGLE_SETS_IN_INDEX, SHINGLE_SETS_PROPERTY
 from fm_assets.curation.minhash.signatures import MinHashConfig
 from fm_assets.execution.compute import Progress, get, remote
+from fm_assets.execution.near_dedup_writes import as_shingle_set_rows
+from fm_assets.execution.planning import files_by_rows
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.data_files import (
@@ -101,36 +102,11 @@ def move_shingle_sets(
     """The rows of `files` (of the old `neardup_shingles`) written as shingle-set rows of
     `index`, `MOVE_ROWS_AT_ONCE` rows at a time (a bigger file on its own; a Ray task)."""
     written: list[DataFile] = []
-    for number, group in enumerate(_groups(files)):
+    for number, group in enumerate(files_by_rows(files, MOVE_ROWS_AT_ONCE)):
         rows = read_files(old, group)
-        n = rows.num_rows
-        converted = pa.table(
-            {
-                "batch_id": rows.column("batch_id"),
-                "doc_id": rows.column("doc_id"),
-                # shingle_set_band(bucket), for the whole column
-                "band": pc.subtract(pa.scalar(-1, pa.int32()), rows.column("bucket")),
-                "band_hash": pa.array([0] * n, pa.int64()),
-                "shingle_hashes": rows.column("shingle_hashes"),
-                "index_config": pa.array([config.index_config] * n, pa.string()),
-            }
-        )
-        ordered = converted.sort_by([("band", "ascending"), ("doc_id", "ascending")])
-        written += write_files(index, ordered, write_id, 5_000_000 + number)
+        converted = as_shingle_set_rows(rows.column("batch_id"), rows, config)
+        written += write_files(index, converted, write_id, 5_000_000 + number)
     return written
-
-
-def _groups(files: Sequence[FileScanTask]) -> list[list[FileScanTask]]:
-    """`files` in consecutive groups of at most `MOVE_ROWS_AT_ONCE` rows (a bigger file alone)."""
-    groups: list[list[FileScanTask]] = []
-    rows = 0
-    for task in files:
-        if not groups or (groups[-1] and rows + task.file.record_count > MOVE_ROWS_AT_ONCE):
-            groups.append([])
-            rows = 0
-        groups[-1].append(task)
-        rows += task.file.record_count
-    return groups
 
 
 def _rows(files: Sequence[FileScanTask]) -> int:

@@ -84,13 +84,20 @@ def shingle_set_rows(
     each bucket's slice tables in turn): its kept documents' shingle sets, one row each under
     band `shingle_set_band(bucket)`, sorted by band, then document id."""
     rows = _kept_rows(buckets, bucket_tables, SHINGLES, "bucket", duplicates, preexisting)
+    batch_ids = pa.array([batch_id] * rows.num_rows, pa.string())
+    return as_shingle_set_rows(batch_ids, rows, config)
+
+
+def as_shingle_set_rows(batch_ids: Any, rows: pa.Table, config: MinHashConfig) -> pa.Table:
+    """Index rows of shingle sets (`rows`: doc_id, bucket, shingle_hashes; `batch_ids` beside
+    them), each under band `shingle_set_band(bucket)`, sorted by band, then document id."""
     n = rows.num_rows
-    band = pc.subtract(pa.scalar(-1, pa.int32()), rows.column("bucket"))  # shingle_set_band
     table = pa.table(
         {
-            "batch_id": pa.array([batch_id] * n, pa.string()),
+            "batch_id": batch_ids,
             "doc_id": rows.column("doc_id"),
-            "band": band,
+            # shingle_set_band(bucket), for the whole column
+            "band": pc.subtract(pa.scalar(-1, pa.int32()), rows.column("bucket")),
             "band_hash": pa.array(np.zeros(n, dtype=np.int64)),
             "shingle_hashes": rows.column("shingle_hashes"),
             "index_config": pa.array([config.index_config] * n, pa.string()),

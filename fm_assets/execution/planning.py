@@ -173,3 +173,17 @@ def part_bytes(parts: pa.Table, sizes: dict[str, int]) -> list[int]:
     ):
         out.append((end if end >= 0 else sizes[sha]) - start)
     return out
+
+
+def files_by_rows(files: Sequence[FileScanTask], max_rows: int) -> list[list[FileScanTask]]:
+    """`files` in consecutive groups of at most `max_rows` rows (by their record counts), a
+    bigger file in a group of its own: what one task reads at a time."""
+    groups: list[list[FileScanTask]] = []
+    rows = 0
+    for task in files:
+        if not groups or (groups[-1] and rows + task.file.record_count > max_rows):
+            groups.append([])
+            rows = 0
+        groups[-1].append(task)
+        rows += task.file.record_count
+    return groups
