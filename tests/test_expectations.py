@@ -124,7 +124,7 @@ def test_empty_text_fails_value_length() -> None:
 
 
 def test_null_text_fails_not_null() -> None:
-    report = validate_documents(documents("tokenized", 2, text=["a", None]), "tokenized")
+    report = validate_documents(documents("text", 2, text=["a", None]), "text")
     assert failed(report) == {"expect_column_values_to_not_be_null(text)"}
     assert report.failures()[0].observed == "1 of 2 values unexpected"
 

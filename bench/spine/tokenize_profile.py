@@ -180,7 +180,7 @@ def profile_lines(
     lines += [
         "",
         f"Partition sizes in Arrow: input {prof['input_mb']:.1f} MB, output "
-        f"{prof['output_mb']:.1f} MB (the text column is carried into `tokenized_documents`). "
+        f"{prof['output_mb']:.1f} MB (token ids and provenance; the text stays in the input). "
         f"Idle, this process and Ray's daemons use {idle_cores:.2f} of a core "
         "(measured after Ray started); that is in both A's and B's CPU seconds.",
         "",

@@ -22,7 +22,12 @@ from fm_assets.curation.policy import DatasetPolicy
 from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
-from fm_assets.versions.dataset_version import DOCUMENT_TABLES, DatasetVersion, version_documents
+from fm_assets.versions.dataset_version import (
+    DOCUMENT_TABLES,
+    FINAL_TEXT_TABLE,
+    DatasetVersion,
+    version_documents,
+)
 from fm_assets.versions.policies import version_policies
 
 EXACT_DEDUP = ("raw_documents", "exact_duplicate")  # (stage, quarantine rule)
@@ -89,7 +94,7 @@ def read_card_data(settings: Settings, version: DatasetVersion) -> CardData:
     docs = _final_documents(settings, version)
     flows = _stage_flows(settings, version)
     token_lengths = docs.column("num_tokens").to_numpy().astype(np.int64)
-    character_lengths = _character_lengths(settings, version)
+    character_lengths = _character_lengths(settings, version, docs.column("doc_id"))
     return CardData(
         documents=docs.num_rows,
         tokens=int(token_lengths.sum()),
@@ -222,22 +227,25 @@ def _pii_counts(
     }
 
 
-def _character_lengths(settings: Settings, version: DatasetVersion) -> npt.NDArray[np.int64]:
-    """Characters per final document, streamed: the text column never sits in memory whole."""
+def _character_lengths(
+    settings: Settings, version: DatasetVersion, doc_ids: pa.ChunkedArray
+) -> npt.NDArray[np.int64]:
+    """Characters of each of the version's documents (`doc_ids`), from the last table holding
+    their text, streamed: the text column never sits in memory whole."""
+    held = doc_ids.combine_chunks()
     parts = []
     for namespace in version.namespaces:
-        snapshot_id = _snapshot(settings, version, FINAL_STAGE, namespace)
+        snapshot_id = _snapshot(settings, version, FINAL_TEXT_TABLE, namespace)
         if snapshot_id is None:
             continue
-        scan = catalog.load_table(settings, FINAL_STAGE, namespace=namespace).scan(
+        scan = catalog.load_table(settings, FINAL_TEXT_TABLE, namespace=namespace).scan(
             row_filter=catalog.where_in("batch_id", list(version.batches)),
             snapshot_id=snapshot_id,
-            selected_fields=("text",),
+            selected_fields=("doc_id", "text"),
         )
-        parts += [
-            pc.utf8_length(batch.column("text")).to_numpy(zero_copy_only=False)
-            for batch in scan.to_arrow_batch_reader()
-        ]
+        for batch in scan.to_arrow_batch_reader():
+            text = batch.column("text").filter(pc.is_in(batch.column("doc_id"), held))
+            parts.append(pc.utf8_length(text).to_numpy(zero_copy_only=False))
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
 
 

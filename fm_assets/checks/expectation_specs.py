@@ -4,7 +4,7 @@
   column that is not bytes or a list (`raw_content`, `tokens`) is non-null; `doc_id` is unique;
   `raw_sha256` is 64 lowercase hex digits; `doc_id` equals `raw_sha256`.
 - raw: `raw_size` >= 1 and `content_type` in {"html", "text"}.
-- text and tokenized: `text` is non-empty.
+- text: `text` is non-empty (a tokenized table holds no text: its stage's input does).
 - tokenized: `num_tokens` >= 1 and `tokenizer_hash` is 64 lowercase hex digits.
 """
 
@@ -89,9 +89,9 @@ def document_expectation_specs(kind: DocumentKind) -> list[ExpectationSpec]:
                 value_set=("html", "text"),
             ),
         ]
-    else:
+    elif kind == "text":
         specs.append(spec("expect_column_value_lengths_to_be_between", column="text", min_value=1))
-    if kind == "tokenized":
+    else:
         specs += [
             spec("expect_column_values_to_be_between", column="num_tokens", min_value=1),
             spec("expect_column_values_to_match_regex", column="tokenizer_hash", regex=SHA256_HEX),

@@ -92,7 +92,7 @@ BATCH_CHECKS: tuple[DataCheck[BatchSubject], ...] = (
     ),
     DataCheck(
         "document_expectations",
-        "great-expectations: schema, unique ids, hashes, non-empty text.",
+        "great-expectations: schema, unique ids, hashes, non-empty text (or token counts).",
         EVERY_STAGE,
         lambda s: document_expectations(s.settings, s.asset, s.batch_id),
     ),

@@ -22,7 +22,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fm_assets.execution import pipeline
 from fm_assets.execution.compute import Progress
 from fm_assets.settings import PIPELINE_VERSION, Settings
 from fm_assets.shards.build import upload_shard_set
@@ -34,7 +33,7 @@ from fm_assets.versions.dataset_version import (
     namespaces_of,
     parse_version_key,
     require_version,
-    version_documents,
+    version_text_documents,
 )
 from fm_loader.manifest import INDEX_NAME, ShardInfo
 from fm_loader.mds_format import defer_streaming_packages
@@ -133,8 +132,7 @@ def write_text_set(
 
 def version_text(settings: Settings, version: DatasetVersion) -> pa.Table:
     """(doc_id, text) of the version's final text, in doc_id order."""
-    final_text = pipeline.STAGE_NAMES[-2]  # the last stage before tokenization
-    docs = version_documents(settings, version, final_text, ("doc_id", "text"))
+    docs = version_text_documents(settings, version, ("doc_id", "text"))
     return docs.take(pc.sort_indices(docs, sort_keys=[("doc_id", "ascending")]))
 
 

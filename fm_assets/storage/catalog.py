@@ -21,7 +21,6 @@ from functools import cache
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
-    CommitFailedException,
     NoSuchNamespaceError,
     NoSuchTableError,
 )
@@ -43,6 +42,11 @@ from fm_assets.storage.landing import NAMESPACE_NAME, read_manifest
 from fm_assets.storage.objectstore import iceberg_s3_properties, open_object_store
 from fm_assets.storage.parquet_checksums import write_page_checksums
 from fm_assets.storage.partitioning import align_partitions, partition_columns
+from fm_assets.storage.schema_evolution import (
+    align_columns,
+    declared_columns_missing,
+    dropped_required_columns,
+)
 from fm_assets.storage.sql_catalog import CachingSqlCatalog
 from fm_assets.storage.tables import table_spec
 from fm_assets.storage.transactions import share_frozen_metadata_parts, transaction
@@ -191,8 +195,10 @@ def _load_table(settings: Settings, name: str, identifier: str, namespace: str |
         if set(partition_columns(table)) != set(spec.partition_by):
             align_partitions(catalog, identifier, table, spec.partition_by, _lock)
             table = catalog.load_table(identifier)
-        if set(spec.schema.names) - set(table.schema().column_names):
-            _add_columns(catalog, identifier, table, spec.schema)
+        if declared_columns_missing(table, spec.schema) or dropped_required_columns(
+            table, spec.schema
+        ):
+            align_columns(catalog, identifier, table, spec.schema, _lock)
             table = catalog.load_table(identifier)
         return table
     if namespace is not None:
@@ -212,26 +218,6 @@ def _load_table(settings: Settings, name: str, identifier: str, namespace: str |
         )
     align_partitions(catalog, identifier, table, spec.partition_by, _lock)
     return catalog.load_table(identifier)
-
-
-def _add_columns(catalog: Catalog, identifier: str, table: Table, schema: pa.Schema) -> None:
-    """Add the columns a newer platform declares to a table an older one created (schema
-    evolution; rows written before read them as null). Only nullable columns can be added."""
-    present = set(table.schema().column_names)
-    required = [f.name for f in schema if f.name not in present and not f.nullable]
-    if required:
-        raise RuntimeError(
-            f"table {identifier} lacks the required columns {required} this platform declares; "
-            "declare new columns nullable so existing tables can gain them"
-        )
-    with _lock:
-        try:
-            with table.update_schema() as update:
-                update.union_by_name(schema)
-        except CommitFailedException:
-            table = catalog.load_table(identifier)  # another process evolved it first
-            if set(schema.names) - set(table.schema().column_names):
-                raise
 
 
 def where_equal(column: str, value: str | int) -> BooleanExpression:

@@ -151,8 +151,8 @@ def read_files(
     row_filter: BooleanExpression = catalog.ALWAYS_TRUE,
 ) -> pa.Table:
     """The rows of `tasks` matching `row_filter` (on a worker), typed as the platform's schema."""
-    schema = handle.metadata.schema()
-    projected = schema.select(*columns) if columns else schema
+    # A table an older platform wrote may hold columns this one no longer declares: not read.
+    projected = handle.metadata.schema().select(*(columns or handle.schema.names))
     scan = ArrowScan(handle.metadata, handle.io, projected, row_filter=row_filter)
     # The snapshot lists these files: one that cannot be found yet is retried, not skipped.
     data = with_retries(
@@ -181,6 +181,7 @@ def write_files(
         data = data.combine_chunks()
     data = catalog.conform(data, handle.schema)
     schema, spec = handle.metadata.schema(), handle.metadata.spec()
+    written = schema.select(*data.column_names)
     fields = [(f, schema.find_field(f.source_id).name) for f in spec.fields]
     tasks = []
     partitions = _partition_values(data, [name for _, name in fields])
@@ -208,7 +209,9 @@ def write_files(
             WriteTask(
                 write_uuid=write_id,
                 task_id=task_id * 10_000 + part,
-                schema=schema,
+                # The table's schema less the columns the platform no longer writes (an older
+                # platform's, now optional): pyiceberg writes those as nulls.
+                schema=written,
                 record_batches=rows.to_batches(),
                 partition_key=key,
             )

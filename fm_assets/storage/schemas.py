@@ -51,10 +51,12 @@ TEXT_DOCUMENTS = pa.schema(
     ]
 )
 
+# The text stays in the table before (`pipeline.upstream_of("tokenized_documents")`): a copy here
+# would more than double what the stage writes. Tables an older platform wrote keep a `text`
+# column, optional from then on (`schema_evolution`).
 TOKENIZED_DOCUMENTS = pa.schema(
     [
         *PROVENANCE_FIELDS,
-        pa.field("text", pa.large_string(), nullable=False),
         pa.field("tokenizer_hash", pa.string(), nullable=False),
         pa.field("num_tokens", pa.int64(), nullable=False),
         pa.field("tokens", pa.large_list(pa.int32()), nullable=False),

@@ -11,7 +11,7 @@ import pyarrow as pa
 from fm_assets.contamination.store import load_matcher
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog, schemas
-from fm_assets.versions.dataset_version import DatasetVersion, version_documents
+from fm_assets.versions.dataset_version import DatasetVersion, version_text_documents
 
 _CHUNK = 256
 
@@ -19,9 +19,7 @@ _CHUNK = 256
 def scan_version(settings: Settings, version: DatasetVersion, ref: str) -> list[dict[str, Any]]:
     """CONTAMINATION_FLAGS rows, each with the document's `namespace`: every (document, item)
     match among the version's documents."""
-    docs = version_documents(
-        settings, version, "tokenized_documents", ("doc_id", "text", "namespace")
-    )
+    docs = version_text_documents(settings, version, ("doc_id", "text", "namespace"))
     matcher = load_matcher(settings, ref)
     doc_ids, texts = docs.column("doc_id").to_pylist(), docs.column("text").to_pylist()
     namespaces = docs.column("namespace").to_pylist()

@@ -44,6 +44,8 @@ from fm_assets.versions.policies import record_policies, refuse_stale_batches
 _KEY = re.compile(r"^(?P<dataset>[a-z0-9][a-z0-9_.-]*)@v(?P<n>[1-9][0-9]*)$")
 DATASET_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 DOCUMENT_TABLES = pipeline.STAGE_NAMES
+# The last table holding the documents' text: the tokenize stage's input (its output holds none).
+FINAL_TEXT_TABLE = DOCUMENT_TABLES[-2]
 
 
 @dataclass(frozen=True)
@@ -372,3 +374,14 @@ def version_documents(
         return pa.concat_tables(parts)
     schema = catalog.table_schema(table)
     return (pa.schema([schema.field(c) for c in columns]) if columns else schema).empty_table()
+
+
+def version_text_documents(
+    settings: Settings, version: DatasetVersion, columns: tuple[str, ...]
+) -> pa.Table:
+    """`columns` (`text` among them) of the version's documents, from the last table holding
+    their text (`FINAL_TEXT_TABLE`), for exactly the documents its final table holds."""
+    held = version_documents(settings, version, DOCUMENT_TABLES[-1], ("doc_id",))
+    wanted = columns if "doc_id" in columns else (*columns, "doc_id")
+    docs = version_documents(settings, version, FINAL_TEXT_TABLE, wanted)
+    return docs.filter(pc.is_in(docs.column("doc_id"), held.column("doc_id"))).select(list(columns))
