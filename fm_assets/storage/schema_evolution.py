@@ -34,11 +34,8 @@ def align_columns(
 ) -> None:
     """Add the declared columns `table` lacks and make the required columns it should no longer
     hold optional, in one schema update. Only nullable columns can be added."""
-    required = [
-        f.name
-        for f in schema
-        if not f.nullable and f.name in declared_columns_missing(table, schema)
-    ]
+    missing = declared_columns_missing(table, schema)
+    required = [f.name for f in schema if f.name in missing and not f.nullable]
     if required:
         raise RuntimeError(
             f"table {identifier} lacks the required columns {required} this platform declares; "
@@ -47,7 +44,7 @@ def align_columns(
     with lock:
         try:
             with table.update_schema() as update:
-                if declared_columns_missing(table, schema):
+                if missing:
                     update.union_by_name(schema)
                 for name in dropped_required_columns(table, schema):
                     update.make_column_optional(name)
