@@ -21,6 +21,7 @@ from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.shards.build import build_shard_set
 from fm_assets.versions.dataset_version import create_version, version_namespaces
+from fm_assets.versions.reader import version_documents
 from fm_loader import make_dataset
 from tests.conftest import NEOX_TOKENIZER, WARC_DIR
 from tests.policies import opt_out_policy
@@ -220,7 +221,6 @@ def test_dedup_is_per_namespace_and_a_version_keeps_a_shared_document_once(
 ) -> None:
     from fm_assets.commands.explain import explain_document
     from fm_assets.storage import catalog
-    from fm_assets.versions.dataset_version import version_documents
     from fm_assets.versions.membership import exclusions
 
     s = landed.settings

@@ -23,15 +23,18 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from fm_assets.cards.data import read_card_data
 from fm_assets.commands import operations
 from fm_assets.commands.cli import main
 from fm_assets.defs.materialize import shard_set_partition
 from fm_assets.registries.tokenizers import TokenizerInfo, register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.shards.build import build_shard_set, read_shard_set_row
+from fm_assets.shards.trace import versions_holding
 from fm_assets.storage import catalog
 from fm_assets.storage.objectstore import open_object_store
-from fm_assets.versions.dataset_version import create_version, require_version, version_documents
+from fm_assets.versions.dataset_version import create_version, require_version
+from fm_assets.versions.reader import DOCUMENT_TABLES, version_documents, version_text_documents
 from fm_loader import make_dataset
 from fm_loader.manifest import read_manifest
 from fm_loader.shards import ShardSet
@@ -300,6 +303,7 @@ def test_revocation_end_to_end(built: Built, tmp_path: Path) -> None:
     assert "## Revocations" in card and "licensor asked" in card and "| web@v1 |" in card
     assert f"| Documents | {len(new_docs):,} |" in card
     assert _json_lines(_cli("lineage", "doc", revoked))[0]["shard_set"] == built.shard_set_key
+    _assert_no_reader_of_v2_sees(s, revoked, tmp_path)
 
     # Revoking a whole source: web@v2 is replaced by web@v3; web@v1 keeps its first replacement.
     cc_docs = set(
@@ -337,6 +341,32 @@ def test_revocation_end_to_end(built: Built, tmp_path: Path) -> None:
         ("doc", "licensor asked"),
         ("source", "licence withdrawn"),
     ]
+
+
+def _assert_no_reader_of_v2_sees(s: Settings, revoked: str, tmp_path: Path) -> None:
+    """Every path that reads web@v2's rows leaves the revoked document out, where web@v1's
+    rows hold it: `fm export` of every table a version selects, the text export, the card, the
+    contamination scan and forward lineage."""
+    exported: dict[str, set[str]] = {}
+    for version_key in ("web@v1", "web@v2"):
+        for table in [*DOCUMENT_TABLES, "pii_redactions", "quarantine"]:
+            out = tmp_path / version_key / f"{table}.jsonl"
+            _cli("export", table, "--version", version_key, "--out", str(out))
+            rows = _json_lines(out.read_text())
+            exported.setdefault(version_key, set()).update(
+                f"{table}:{r['doc_id']}" for r in rows if r.get("doc_id")
+            )
+    document_tables = {f"{t}:{revoked}" for t in DOCUMENT_TABLES}
+    assert document_tables <= exported["web@v1"], "web@v1 must still hold the revoked document"
+    leaked = sorted(key for key in exported["web@v2"] if key.endswith(f":{revoked}"))
+    assert not leaked, f"fm export --version web@v2 returned the revoked document: {leaked}"
+
+    v2 = require_version(s, "web@v2")
+    text = version_text_documents(s, v2, ("doc_id", "text"))
+    assert revoked not in set(text.column("doc_id").to_pylist())
+    assert text.num_rows == v2.num_documents
+    assert read_card_data(s, v2).documents == v2.num_documents
+    assert "web@v2" not in versions_holding(s, [revoked])
 
 
 def test_an_interrupted_revocation_is_finished_by_running_it_again(built: Built) -> None:

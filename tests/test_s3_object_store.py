@@ -231,7 +231,8 @@ def test_shard_set_is_published_in_the_bucket(platform: S3Platform) -> None:
 
 def test_loader_serves_every_sample_from_the_cache(platform: S3Platform) -> None:
     import fm_loader
-    from fm_assets.versions.dataset_version import require_version, version_documents
+    from fm_assets.versions.dataset_version import require_version
+    from fm_assets.versions.reader import version_documents
 
     dataset = fm_loader.make_dataset(
         platform.version_key,
@@ -433,7 +434,8 @@ def test_fm_text_export_then_the_loader_tokenizes_every_document_once(
 
     import fm_loader
     from fm_assets.commands.cli import main
-    from fm_assets.versions.dataset_version import require_version, version_documents
+    from fm_assets.versions.dataset_version import require_version
+    from fm_assets.versions.reader import version_documents
 
     result = CliRunner().invoke(main, ["text", "export", platform.version_key])
     assert result.exit_code == 0, result.output

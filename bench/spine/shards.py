@@ -18,7 +18,8 @@ from fm_assets.registries.tokenizers import TokenizerInfo, default_tokenizer
 from fm_assets.settings import Settings
 from fm_assets.shards.build import build_shard_set
 from fm_assets.shards.packing import PackedSequence, pack_documents
-from fm_assets.versions.dataset_version import create_version, require_version, version_documents
+from fm_assets.versions.dataset_version import create_version, require_version
+from fm_assets.versions.reader import version_documents
 
 SEQ_LEN = 2048
 

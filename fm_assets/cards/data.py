@@ -1,16 +1,12 @@
 """The counts a dataset card shows, read from the tables as one dataset version sees them.
 
-Every table is read in each data namespace the version holds. Document tables are read at the
-version's Iceberg tags. `quarantine` and `pii_redactions` are read
-at their own tag of the version when they have one, else as they stood at the version's latest
-pinned document commit: the runner commits a stage's quarantine and side tables before its
-output, so that instant holds the rows behind the version's documents (unless a rerun of one of
-its batches was midway then; a waterfall row's `unaccounted` then shows the gap).
+Every table is read through `versions.reader`, as the version sees it (`version_snapshot`), in
+each data namespace the version holds, less the documents it leaves out. (A rerun of one of its
+batches midway when the version was cut shows as a waterfall row's `unaccounted`.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,14 +17,15 @@ import pyarrow.compute as pc
 from fm_assets.curation.policy import DatasetPolicy
 from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
-from fm_assets.storage import catalog
-from fm_assets.versions.dataset_version import (
-    DOCUMENT_TABLES,
-    FINAL_TEXT_TABLE,
-    DatasetVersion,
-    version_documents,
-)
+from fm_assets.versions.dataset_version import DatasetVersion
 from fm_assets.versions.policies import version_policies
+from fm_assets.versions.reader import (
+    FINAL_TEXT_TABLE,
+    count_version_rows,
+    stream_version_documents,
+    version_documents,
+    version_rows,
+)
 
 EXACT_DEDUP = ("raw_documents", "exact_duplicate")  # (stage, quarantine rule)
 NEAR_DEDUP = ("near_deduplicated_documents", "near_duplicate")
@@ -111,61 +108,11 @@ def read_card_data(settings: Settings, version: DatasetVersion) -> CardData:
     )
 
 
-def _snapshot(
-    settings: Settings, version: DatasetVersion, table: str, namespace: str
-) -> int | None:
-    """The snapshot of `table` (of data namespace `namespace`) the version sees; None when the
-    table had no rows then."""
-    pinned_ids = version.snapshot_ids.get(namespace, {})
-    if table in pinned_ids:
-        return pinned_ids[table]
-    if table in DOCUMENT_TABLES:
-        return None  # create_version pins every document table that had a snapshot
-    iceberg = catalog.load_table(settings, table, namespace=namespace)
-    tagged = iceberg.snapshot_by_name(version.version_key)
-    if tagged is not None:
-        return tagged.snapshot_id
-    pinned = [
-        catalog.load_table(settings, name, namespace=namespace).snapshot_by_id(snapshot_id)
-        for name, snapshot_id in pinned_ids.items()
-    ]
-    times = [s.timestamp_ms for s in pinned if s is not None]
-    snapshot = iceberg.snapshot_as_of_timestamp(max(times)) if times else None
-    return snapshot.snapshot_id if snapshot is not None else None
-
-
-def _pinned(settings: Settings, version: DatasetVersion, table: str) -> Iterator[tuple[str, int]]:
-    """(data namespace, snapshot id) of `table` as the version sees it, where it had rows."""
-    for namespace in version.namespaces:
-        snapshot_id = _snapshot(settings, version, table, namespace)
-        if snapshot_id is not None:
-            yield namespace, snapshot_id
-
-
 def _read(
     settings: Settings, version: DatasetVersion, table: str, columns: tuple[str, ...]
 ) -> pa.Table:
-    """The rows of the version's batches in `table`, from every data namespace it holds."""
-    schema = catalog.table_schema(table)
-    parts = [pa.schema([schema.field(c) for c in columns]).empty_table()]
-    where = catalog.where_in("batch_id", list(version.batches))
-    for namespace, snapshot_id in _pinned(settings, version, table):
-        parts.append(
-            catalog.read_table(settings, table, where, snapshot_id, columns, namespace=namespace)
-        )
-    return pa.concat_tables(parts)
-
-
-def _count(settings: Settings, version: DatasetVersion, table: str) -> int:
-    """How many rows of the version's batches `table` holds: from the data files' record counts
-    (the filter selects whole `batch_id` partitions), no rows read."""
-    where = catalog.where_in("batch_id", list(version.batches))
-    return sum(
-        catalog.load_table(settings, table, namespace=namespace)
-        .scan(row_filter=where, snapshot_id=snapshot_id)
-        .count()
-        for namespace, snapshot_id in _pinned(settings, version, table)
-    )
+    """The version's rows of `table`, from every data namespace it holds."""
+    return version_rows(settings, version, table, columns)
 
 
 def _final_documents(settings: Settings, version: DatasetVersion) -> pa.Table:
@@ -192,7 +139,7 @@ def _stage_flows(settings: Settings, version: DatasetVersion) -> list[StageFlow]
     flows: list[StageFlow] = []
     for stage in pipeline.STAGE_NAMES:
         quarantined = dict(sorted(counts.get(stage, {}).items()))
-        kept = _count(settings, version, stage)
+        kept = count_version_rows(settings, version, stage)
         # The first stage reads landed files, which no table counts: its input is what it sorted.
         records_in = flows[-1].kept if flows else kept + sum(quarantined.values())
         flows.append(StageFlow(stage, records_in, quarantined, kept))
@@ -232,20 +179,12 @@ def _character_lengths(
 ) -> npt.NDArray[np.int64]:
     """Characters of each of the version's documents (`doc_ids`), from the last table holding
     their text, streamed: the text column never sits in memory whole."""
-    held = doc_ids.combine_chunks()
-    parts = []
-    for namespace in version.namespaces:
-        snapshot_id = _snapshot(settings, version, FINAL_TEXT_TABLE, namespace)
-        if snapshot_id is None:
-            continue
-        scan = catalog.load_table(settings, FINAL_TEXT_TABLE, namespace=namespace).scan(
-            row_filter=catalog.where_in("batch_id", list(version.batches)),
-            snapshot_id=snapshot_id,
-            selected_fields=("doc_id", "text"),
+    parts = [
+        pc.utf8_length(batch.column("text")).to_numpy(zero_copy_only=False)
+        for batch in stream_version_documents(
+            settings, version, FINAL_TEXT_TABLE, ("text",), doc_ids.combine_chunks()
         )
-        for batch in scan.to_arrow_batch_reader():
-            text = batch.column("text").filter(pc.is_in(batch.column("doc_id"), held))
-            parts.append(pc.utf8_length(text).to_numpy(zero_copy_only=False))
+    ]
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
 
 

@@ -23,7 +23,8 @@ from fm_assets.contamination.store import load_matcher, registry_ref
 from fm_assets.settings import Settings
 from fm_assets.storage.objectstore import filesystem_for
 from fm_assets.versions.contamination_scan import scan_version
-from fm_assets.versions.dataset_version import DatasetVersion, version_documents
+from fm_assets.versions.dataset_version import DatasetVersion
+from fm_assets.versions.reader import version_documents
 from fm_loader.cache import is_remote
 from fm_loader.fetch import DOWNLOAD_THREADS, copy_remote_file
 from fm_loader.manifest import INDEX_NAME, ShardSetManifest, local_directory

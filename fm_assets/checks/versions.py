@@ -7,7 +7,8 @@ import pyarrow.compute as pc
 from fm_assets.checks.outcome import CheckOutcome
 from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
-from fm_assets.versions.dataset_version import DatasetVersion, version_documents
+from fm_assets.versions.dataset_version import DatasetVersion
+from fm_assets.versions.reader import version_documents
 
 
 def version_counts_match(settings: Settings, version: DatasetVersion) -> CheckOutcome:

@@ -14,6 +14,7 @@ from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.tables import table_spec
 from fm_assets.versions.dataset_version import require_version
+from fm_assets.versions.reader import version_rows
 
 
 def _jsonable(value: object) -> object:
@@ -46,7 +47,6 @@ def export_table(
     namespaces: list[str | None] = [None]
     if per_namespace:
         namespaces = [namespace] if namespace else list(catalog.data_namespaces(settings))
-    snapshots: dict[str | None, int | None] = {}
     row_filter = None
     if batch_id:
         if "batch_id" not in schema.names:
@@ -57,26 +57,16 @@ def export_table(
                 n for n in [catalog.batch_namespace(settings, batch_id)] if n in namespaces
             ]
     elif version_key:
+        # Through the one reader of a version: it drops the documents the version leaves out.
         version = require_version(settings, version_key)
-        if per_namespace:
-            namespaces = [n for n in version.namespaces if n in namespaces]
-        pinned: dict[str | None, int | None] = {
-            n: version.snapshot_ids.get(n, {}).get(table) for n in namespaces if n
-        }
-        if any(pinned.values()):  # a document table: read at the version's tags
-            snapshots = pinned
-            row_filter = catalog.where_in("batch_id", list(version.batches))
-        elif "version_key" in schema.names:
-            row_filter = catalog.where_equal("version_key", version_key)
-        elif "batch_id" in schema.names:
-            row_filter = catalog.where_in("batch_id", list(version.batches))
-        else:
-            raise ValueError(f"{table} cannot be selected by version")
-    parts = [
-        catalog.read_table(settings, table, row_filter, snapshots.get(n), namespace=n)
-        for n in namespaces
-    ]
+        only = [namespace] if namespace else None
+        return _write_lines(version_rows(settings, version, table, namespaces=only), out)
+    parts = [catalog.read_table(settings, table, row_filter, namespace=n) for n in namespaces]
     data = pa.concat_tables(parts) if parts else schema.empty_table()
+    return _write_lines(data, out)
+
+
+def _write_lines(data: pa.Table, out: Path) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8") as f:
         for batch in data.to_batches(max_chunksize=1024):

@@ -42,8 +42,8 @@ from fm_assets.versions.dataset_version import (
     namespaces_of,
     parse_version_key,
     require_version,
-    version_documents,
 )
+from fm_assets.versions.reader import version_documents
 from fm_assets.versions.revocation import replacement_of
 from fm_loader.manifest import MANIFEST_NAME, ShardSetManifest
 from fm_loader.provenance import NAMESPACES_NAME, namespaces_json

@@ -25,7 +25,8 @@ from fm_assets.settings import Settings
 from fm_assets.shards.packing import PackedSequence
 from fm_assets.storage import catalog
 from fm_assets.storage.tables import TableSpec, declare
-from fm_assets.versions.dataset_version import DatasetVersion, version_documents
+from fm_assets.versions.dataset_version import DatasetVersion
+from fm_assets.versions.reader import version_documents
 
 SAMPLE_DOCUMENTS = pa.schema(
     [

@@ -33,8 +33,8 @@ from fm_assets.versions.dataset_version import (
     namespaces_of,
     parse_version_key,
     require_version,
-    version_text_documents,
 )
+from fm_assets.versions.reader import version_text_documents
 from fm_loader.manifest import INDEX_NAME, ShardInfo
 from fm_loader.mds_format import defer_streaming_packages
 from fm_loader.provenance import NAMESPACES_NAME, namespaces_json

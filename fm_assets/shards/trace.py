@@ -12,18 +12,13 @@ from typing import Any
 
 from pyiceberg.table import Table
 
-from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
 from fm_assets.shards.build import read_shard_set_row
 from fm_assets.shards.lineage import sample_segments, samples_holding
 from fm_assets.storage import bookkeeping, catalog
 from fm_assets.storage.schemas import PROVENANCE_FIELDS
-from fm_assets.versions.dataset_version import (
-    DatasetVersion,
-    require_version,
-    version_documents,
-)
-from fm_assets.versions.membership import excluded_documents
+from fm_assets.versions.dataset_version import DatasetVersion, require_version
+from fm_assets.versions.reader import FINAL_TABLE, version_documents
 from fm_assets.versions.revocation import all_versions
 from fm_loader.provenance import read_revocation, read_run_record, read_run_records
 
@@ -147,44 +142,22 @@ def document_ids(settings: Settings, ref: str) -> list[str]:
 def versions_holding(settings: Settings, doc_ids: list[str]) -> list[str]:
     """Every version whose documents (at its tagged snapshots, less its exclusions) include one
     of `doc_ids`: only versions over a batch the documents were landed in are read."""
-    final = pipeline.STAGE_NAMES[-1]
     landed = catalog.read_namespaces(
         settings,
-        final,
+        FINAL_TABLE,
         catalog.data_namespaces(settings),
         catalog.where_in("doc_id", doc_ids),
         ("batch_id",),
     )
     batches = set(landed.column("batch_id").to_pylist())
-    held = []
-    # Versions cut by revocations share their base's snapshots: read each (namespace, snapshot,
-    # batches) once.
-    found: dict[tuple[str, int, tuple[str, ...]], set[str]] = {}
-    for version in all_versions(settings):
-        overlap = tuple(sorted(batches & set(version.batches)))
-        if not overlap:
-            continue
-        for namespace, snapshots in sorted(version.snapshot_ids.items()):
-            if final not in snapshots:
-                continue
-            key = (namespace, snapshots[final], overlap)
-            if key not in found:
-                rows = catalog.read_table(
-                    settings,
-                    final,
-                    catalog.where_all(
-                        catalog.where_in("batch_id", list(overlap)),
-                        catalog.where_in("doc_id", doc_ids),
-                    ),
-                    snapshot_id=snapshots[final],
-                    columns=("doc_id",),
-                    namespace=namespace,
-                )
-                found[key] = set(rows.column("doc_id").to_pylist())
-            if found[key] - excluded_documents(settings, version.version_key, namespace):
-                held.append(version.version_key)
-                break
-    return held
+    return [
+        version.version_key
+        for version in all_versions(settings)
+        if batches & set(version.batches)
+        and version_documents(
+            settings, version, FINAL_TABLE, ("doc_id",), catalog.where_in("doc_id", doc_ids)
+        ).num_rows
+    ]
 
 
 def places_of_document(settings: Settings, ref: str) -> list[dict[str, Any]]:

@@ -11,7 +11,8 @@ import pyarrow as pa
 from fm_assets.contamination.store import load_matcher
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog, schemas
-from fm_assets.versions.dataset_version import DatasetVersion, version_text_documents
+from fm_assets.versions.dataset_version import DatasetVersion
+from fm_assets.versions.reader import version_text_documents
 
 _CHUNK = 256
 

@@ -5,7 +5,7 @@ table of every data namespace it holds (each namespace's tables live in its own 
 namespace), so its documents can be read back exactly as they were, whatever later runs commit.
 A version cut by a revocation shares its base's snapshots and lists the documents it leaves out in
 `version_exclusions`, as does a version over several namespaces for the extra copies of a
-document; every read of a version's documents goes through `version_documents`, which drops them.
+document; every read of a version's rows goes through `versions.reader`, which drops them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.expressions import BooleanExpression
 
 from fm_assets.curation.namespaces import load_namespace_policy
 from fm_assets.execution import pipeline
@@ -35,7 +34,6 @@ from fm_assets.versions.membership import (
     batches_by_namespace,
     choose_documents,
     exclude_documents,
-    excluded_documents,
     record_namespaces,
     version_namespaces,
 )
@@ -43,9 +41,8 @@ from fm_assets.versions.policies import record_policies, refuse_stale_batches
 
 _KEY = re.compile(r"^(?P<dataset>[a-z0-9][a-z0-9_.-]*)@v(?P<n>[1-9][0-9]*)$")
 DATASET_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+# The tables a version tags: one per stage (`versions.reader` reads them).
 DOCUMENT_TABLES = pipeline.STAGE_NAMES
-# The last table holding the documents' text: the tokenize stage's input (its output holds none).
-FINAL_TEXT_TABLE = DOCUMENT_TABLES[-2]
 
 
 @dataclass(frozen=True)
@@ -339,49 +336,3 @@ def register_version(settings: Settings, version: DatasetVersion, run_id: str | 
         "created_at": dt.datetime.now(dt.UTC),
     }
     catalog.append_rows(settings, "dataset_versions", pa.Table.from_pylist([row]))
-
-
-def version_documents(
-    settings: Settings,
-    version: DatasetVersion,
-    table: str,
-    columns: tuple[str, ...] | None = None,
-    where: BooleanExpression | None = None,
-) -> pa.Table:
-    """The version's rows of a document table (matching `where`), from every data namespace it
-    holds, read at the version's tagged snapshots, less the documents it excludes."""
-    parts = []
-    for namespace in version.namespaces:
-        excluded = excluded_documents(settings, version.version_key, namespace)
-        wanted = columns
-        if excluded and columns is not None and "doc_id" not in columns:
-            wanted = (*columns, "doc_id")
-        row_filter = catalog.where_in("batch_id", list(version.batches))
-        rows = catalog.read_table(
-            settings,
-            table,
-            row_filter=row_filter if where is None else catalog.where_all(row_filter, where),
-            snapshot_id=version.snapshot_ids[namespace][table],
-            columns=wanted,
-            namespace=namespace,
-        )
-        if excluded:
-            rows = rows.filter(
-                pc.invert(pc.is_in(rows.column("doc_id"), pa.array(sorted(excluded))))
-            )
-        parts.append(rows if columns is None else rows.select(list(columns)))
-    if parts:
-        return pa.concat_tables(parts)
-    schema = catalog.table_schema(table)
-    return (pa.schema([schema.field(c) for c in columns]) if columns else schema).empty_table()
-
-
-def version_text_documents(
-    settings: Settings, version: DatasetVersion, columns: tuple[str, ...]
-) -> pa.Table:
-    """`columns` (`text` among them) of the version's documents, from the last table holding
-    their text (`FINAL_TEXT_TABLE`), for exactly the documents its final table holds."""
-    held = version_documents(settings, version, DOCUMENT_TABLES[-1], ("doc_id",))
-    wanted = columns if "doc_id" in columns else (*columns, "doc_id")
-    docs = version_documents(settings, version, FINAL_TEXT_TABLE, wanted)
-    return docs.filter(pc.is_in(docs.column("doc_id"), held.column("doc_id"))).select(list(columns))

@@ -29,10 +29,10 @@ from fm_assets.versions.dataset_version import (
     next_version_key,
     parse_version_key,
     register_version,
-    version_documents,
 )
 from fm_assets.versions.membership import exclude_documents, exclusions, record_namespaces
 from fm_assets.versions.policies import copy_policies
+from fm_assets.versions.reader import version_documents
 
 VERSION_REVOCATIONS = pa.schema(
     [
