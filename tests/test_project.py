@@ -14,7 +14,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from fm_assets.execution import pipeline
+from fm_assets.execution import pipeline, pipelines
 from tests.paths import REPO
 
 
@@ -25,7 +25,7 @@ def test_definitions_hold_the_whole_graph() -> None:
     keys = {a.key.to_user_string() for a in defs.assets}
     assert keys == {
         "landing_batch",
-        *pipeline.STAGE_NAMES,
+        *pipelines.ALL_STAGE_NAMES,
         "dataset_version",
         "shard_set",
         "shard_set_cache",
@@ -36,12 +36,16 @@ def test_definitions_hold_the_whole_graph() -> None:
         "revocation",
     }
     graph = defs.resolve_asset_graph()
-    # Lineage: each stage reads the one before it, the version reads the last stage.
-    upstream = "landing_batch"
-    for stage in pipeline.STAGE_NAMES:
-        assert graph.get(dg.AssetKey(stage)).parent_keys == {dg.AssetKey(upstream)}
-        upstream = stage
-    assert dg.AssetKey(upstream) in graph.get(dg.AssetKey("dataset_version")).parent_keys
+    # Lineage: each stage reads the one before it, in its modality's pipeline; the version reads
+    # the last stage of the text pipeline.
+    for modality_pipeline in pipelines.PIPELINES.values():
+        upstream = "landing_batch"
+        for stage in modality_pipeline.names:
+            assert graph.get(dg.AssetKey(stage)).parent_keys == {dg.AssetKey(upstream)}
+            upstream = stage
+    assert (
+        dg.AssetKey("tokenized_documents") in graph.get(dg.AssetKey("dataset_version")).parent_keys
+    )
     # A run's launch can depend on its shard sets being warm in the node's cache.
     assert graph.get(dg.AssetKey("shard_set_cache")).parent_keys == {dg.AssetKey("shard_set")}
     assert graph.get(dg.AssetKey("text_set")).parent_keys == {dg.AssetKey("dataset_version")}
@@ -50,6 +54,8 @@ def test_definitions_hold_the_whole_graph() -> None:
     assert "tokenized_documents:token_counts_consistent" in checks
     assert "shard_set:shard_checksums_valid" in checks
     assert defs.resolve_job_def("process_landing_batch") is not None
+    assert defs.resolve_job_def("process_image_text_batch") is not None
+    assert "tokenized_pairs:token_counts_consistent" in checks
     assert defs.resolve_sensor_def("new_landing_batch_sensor") is not None
 
 

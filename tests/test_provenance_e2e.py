@@ -27,6 +27,7 @@ from fm_assets.cards.data import read_card_data
 from fm_assets.commands import operations
 from fm_assets.commands.cli import main
 from fm_assets.defs.materialize import shard_set_partition
+from fm_assets.execution.pipeline import STAGE_NAMES
 from fm_assets.registries.tokenizers import TokenizerInfo, register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.shards.build import build_shard_set, read_shard_set_row
@@ -34,7 +35,7 @@ from fm_assets.shards.trace import versions_holding
 from fm_assets.storage import catalog
 from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions.dataset_version import create_version, require_version
-from fm_assets.versions.reader import DOCUMENT_TABLES, version_documents, version_text_documents
+from fm_assets.versions.reader import version_documents, version_text_documents
 from fm_loader import make_dataset
 from fm_loader.manifest import read_manifest
 from fm_loader.shards import ShardSet
@@ -349,14 +350,14 @@ def _assert_no_reader_of_v2_sees(s: Settings, revoked: str, tmp_path: Path) -> N
     contamination scan and forward lineage."""
     exported: dict[str, set[str]] = {}
     for version_key in ("web@v1", "web@v2"):
-        for table in [*DOCUMENT_TABLES, "pii_redactions", "quarantine"]:
+        for table in [*STAGE_NAMES, "pii_redactions", "quarantine"]:
             out = tmp_path / version_key / f"{table}.jsonl"
             _cli("export", table, "--version", version_key, "--out", str(out))
             rows = _json_lines(out.read_text())
             exported.setdefault(version_key, set()).update(
                 f"{table}:{r['doc_id']}" for r in rows if r.get("doc_id")
             )
-    document_tables = {f"{t}:{revoked}" for t in DOCUMENT_TABLES}
+    document_tables = {f"{t}:{revoked}" for t in STAGE_NAMES}
     assert document_tables <= exported["web@v1"], "web@v1 must still hold the revoked document"
     leaked = sorted(key for key in exported["web@v2"] if key.endswith(f":{revoked}"))
     assert not leaked, f"fm export --version web@v2 returned the revoked document: {leaked}"

@@ -8,30 +8,39 @@ batches midway when the version was cut shows as a waterfall row's `unaccounted`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fm_assets.curation.policy import DatasetPolicy
-from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
+from fm_assets.storage import catalog
+from fm_assets.storage.landing import IMAGE_TEXT_MODALITY, TEXT_MODALITY
 from fm_assets.versions.dataset_version import DatasetVersion
 from fm_assets.versions.policies import version_policies
 from fm_assets.versions.reader import (
-    FINAL_TEXT_TABLE,
     count_version_rows,
     stream_version_documents,
     version_documents,
     version_rows,
 )
 
-EXACT_DEDUP = ("raw_documents", "exact_duplicate")  # (stage, quarantine rule)
-NEAR_DEDUP = ("near_deduplicated_documents", "near_duplicate")
+# What the card's dedup section counts, per modality: kind -> (stage, quarantine rule).
+DEDUP_RULES: dict[str, dict[str, tuple[str, str]]] = {
+    TEXT_MODALITY: {
+        "exact": ("raw_documents", "exact_duplicate"),
+        "near": ("near_deduplicated_documents", "near_duplicate"),
+    },
+    IMAGE_TEXT_MODALITY: {
+        "exact": ("raw_pairs", "exact_duplicate"),
+        "exact_pixels": ("deduplicated_pairs", "exact_duplicate_image"),
+        "near": ("deduplicated_pairs", "near_duplicate_image"),
+    },
+}
 PERCENTILES = (50, 90, 99)
 UNKNOWN_LANGUAGE = "unknown"  # a final document with no language_tagged_documents row
-FINAL_STAGE = pipeline.STAGE_NAMES[-1]
 
 Groups = dict[str, dict[str, int]]  # key -> {"documents": n, "tokens": n}
 Stats = dict[str, float | int]  # min, p50, p90, p99, max, mean
@@ -81,7 +90,7 @@ class CardData:
     token_lengths: npt.NDArray[np.int64]  # per final document, for the histograms
     character_lengths: npt.NDArray[np.int64]
     # batch -> (source, the policy it was curated under; None: not recorded)
-    policies: dict[str, tuple[str, DatasetPolicy | None]]
+    policies: dict[str, tuple[str, Any]]  # DatasetPolicy or ImageTextPolicy
     # batch -> [(stage, rule, records quarantined)], in pipeline order
     drops_by_batch: dict[str, list[tuple[str, str, int]]]
 
@@ -98,7 +107,7 @@ def read_card_data(settings: Settings, version: DatasetVersion) -> CardData:
         by_source=_by_key(docs, "source"),
         by_language=_by_key(docs, "language"),
         flows=flows,
-        dedup={"exact": _dedup(flows, *EXACT_DEDUP), "near": _dedup(flows, *NEAR_DEDUP)},
+        dedup={kind: _dedup(flows, *rule) for kind, rule in DEDUP_RULES[version.modality].items()},
         pii=_pii_counts(settings, version, docs.column("doc_id")),
         lengths={"tokens": _stats(token_lengths), "characters": _stats(character_lengths)},
         token_lengths=token_lengths,
@@ -117,9 +126,16 @@ def _read(
 
 def _final_documents(settings: Settings, version: DatasetVersion) -> pa.Table:
     """doc_id, batch_id, source, num_tokens and language of every document of the version."""
-    docs = version_documents(
-        settings, version, FINAL_STAGE, ("doc_id", "batch_id", "source", "num_tokens")
-    )
+    final = version.pipeline.final
+    columns = ("doc_id", "batch_id", "source", "num_tokens")
+    if "language" in catalog.table_schema(final).names:  # a pair carries its caption's
+        docs = version_documents(settings, version, final, (*columns, "language"))
+        return docs.set_column(
+            docs.schema.get_field_index("language"),
+            "language",
+            pc.fill_null(docs.column("language"), UNKNOWN_LANGUAGE),
+        )
+    docs = version_documents(settings, version, final, columns)
     languages = _read(
         settings, version, "language_tagged_documents", ("doc_id", "batch_id", "language")
     )
@@ -137,7 +153,7 @@ def _stage_flows(settings: Settings, version: DatasetVersion) -> list[StageFlow]
     for row in quarantine.group_by(["stage", "rule"]).aggregate([("rule", "count")]).to_pylist():
         counts.setdefault(row["stage"], {})[row["rule"]] = int(row["rule_count"])
     flows: list[StageFlow] = []
-    for stage in pipeline.STAGE_NAMES:
+    for stage in version.pipeline.names:
         quarantined = dict(sorted(counts.get(stage, {}).items()))
         kept = count_version_rows(settings, version, stage)
         # The first stage reads landed files, which no table counts: its input is what it sorted.
@@ -151,7 +167,7 @@ def _drops_by_batch(
 ) -> dict[str, list[tuple[str, str, int]]]:
     quarantine = _read(settings, version, "quarantine", ("batch_id", "stage", "rule"))
     grouped = quarantine.group_by(["batch_id", "stage", "rule"]).aggregate([("rule", "count")])
-    order = {stage: i for i, stage in enumerate(pipeline.STAGE_NAMES)}
+    order = {stage: i for i, stage in enumerate(version.pipeline.names)}
     drops: dict[str, list[tuple[str, str, int]]] = {batch: [] for batch in version.batches}
     for row in grouped.to_pylist():
         drops.setdefault(row["batch_id"], []).append(
@@ -182,7 +198,7 @@ def _character_lengths(
     parts = [
         pc.utf8_length(batch.column("text")).to_numpy(zero_copy_only=False)
         for batch in stream_version_documents(
-            settings, version, FINAL_TEXT_TABLE, ("text",), doc_ids.combine_chunks()
+            settings, version, version.pipeline.text_table, ("text",), doc_ids.combine_chunks()
         )
     ]
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)

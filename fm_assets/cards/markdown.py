@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from fm_assets.cards.data import PERCENTILES, CardData, Groups
 from fm_assets.cards.plots import CHARACTERS_PLOT, TOKENS_PLOT, WATERFALL_PLOT
 from fm_assets.cards.policy import policy_section
-from fm_assets.execution import pipeline
 from fm_assets.versions.dataset_version import DatasetVersion
 
 
@@ -28,7 +27,7 @@ def render_markdown(
         ],
     )
     lines += ["## Stage code versions", ""]
-    order = {stage: i for i, stage in enumerate(pipeline.STAGE_NAMES)}
+    order = {stage: i for i, stage in enumerate(version.pipeline.names)}
     stages = sorted(version.code_versions, key=lambda s: (order.get(s, len(order)), s))
     lines += _table(["Stage", "Code version"], [[s, version.code_versions[s]] for s in stages])
     policy_lines, drop_rows = policy_section(data.policies, data.drops_by_batch)

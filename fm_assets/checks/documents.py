@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from fm_assets.checks.facts import Facts, Wanted, expected_numbering_sum, table_facts
 from fm_assets.checks.outcome import CheckOutcome
-from fm_assets.execution import pipeline
+from fm_assets.execution import pipelines
 from fm_assets.registries.tokenizers import find_tokenizer
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog, schemas
 from fm_assets.storage.bookkeeping import latest_stage_run
-from fm_assets.storage.landing import read_manifest
+from fm_assets.storage.landing import TEXT_MODALITY, read_manifest
 from fm_assets.storage.objectstore import open_object_store
 
 
@@ -34,7 +34,7 @@ def _quarantined(settings: Settings, batch_id: str, stage: str, wanted: Wanted) 
 
 def records_accounted_for(settings: Settings, stage: str, batch_id: str) -> CheckOutcome:
     """records in = records kept + records quarantined, recounted from the committed tables."""
-    upstream = pipeline.upstream_of(stage)
+    upstream = pipelines.upstream_of(stage)
     wanted = Wanted(numbering=upstream is None)
     kept = _batch_facts(settings, stage, batch_id, wanted)
     bad = _quarantined(settings, batch_id, stage, wanted)
@@ -98,10 +98,21 @@ def _raw_accounting(settings: Settings, batch_id: str, kept: Facts, bad: Facts) 
     )
 
 
+def expectation_kind(stage: str) -> str:
+    """Which expectation suite a stage's table meets (`checks/expectation_specs.py`)."""
+    pipeline = pipelines.pipeline_of_stage(stage)
+    text = pipeline.modality == TEXT_MODALITY
+    if stage == pipeline.names[0]:
+        return "raw" if text else "raw_pairs"
+    if stage == pipeline.final:
+        return "tokenized" if text else "tokenized_pairs"
+    return "text" if text else "pairs"
+
+
 def document_expectations(settings: Settings, stage: str, batch_id: str) -> CheckOutcome:
     """Column-level expectations (great-expectations) over the batch's documents, on Ray workers,
     with `doc_id` unique across the whole batch."""
-    kind = {"raw_documents": "raw", "tokenized_documents": "tokenized"}.get(stage, "text")
+    kind = expectation_kind(stage)
     # Curation tables add their own columns (scores, language) to the text document's; the text
     # suite checks the document columns, exactly.
     columns = tuple(schemas.TEXT_DOCUMENTS.names) if kind == "text" else None
@@ -125,9 +136,9 @@ def document_expectations(settings: Settings, stage: str, batch_id: str) -> Chec
     )
 
 
-def token_counts_consistent(settings: Settings, batch_id: str) -> CheckOutcome:
+def token_counts_consistent(settings: Settings, stage: str, batch_id: str) -> CheckOutcome:
     """num_tokens equals the stored token list's length, and every id is inside the vocabulary."""
-    facts = _batch_facts(settings, "tokenized_documents", batch_id, Wanted(tokens=True))
+    facts = _batch_facts(settings, stage, batch_id, Wanted(tokens=True))
     problems = (
         [f"{facts.token_mismatches} documents whose num_tokens differs from their tokens"]
         if facts.token_mismatches

@@ -1,11 +1,15 @@
 """The column-level expectations each kind of document table must meet, described without GE.
 
 - all kinds: exactly the schema's columns (`fm_assets.storage.schemas`); every non-nullable
-  column that is not bytes or a list (`raw_content`, `tokens`) is non-null; `doc_id` is unique;
-  `raw_sha256` is 64 lowercase hex digits; `doc_id` equals `raw_sha256`.
+  column that is not bytes, a list or a map (`raw_content`, `tokens`, `scores`) is non-null;
+  `doc_id` is unique; `doc_id` and `raw_sha256` are 64 lowercase hex digits.
+- text documents (raw, text, tokenized): `doc_id` equals `raw_sha256` (the raw record's hash).
 - raw: `raw_size` >= 1 and `content_type` in {"html", "text"}.
 - text: `text` is non-empty (a tokenized table holds no text: its stage's input does).
-- tokenized: `num_tokens` >= 1 and `tokenizer_hash` is 64 lowercase hex digits.
+- tokenized, tokenized_pairs: `num_tokens` >= 1 and `tokenizer_hash` is 64 lowercase hex digits.
+- pairs, tokenized_pairs (an image-text pair's doc_id hashes image and caption, its raw_sha256
+  the image): `width`, `height` >= 1, `pixel_sha256` 64 lowercase hex digits, `image_format` one
+  of the resize formats.
 """
 
 from __future__ import annotations
@@ -17,15 +21,21 @@ from typing import Any, Literal, get_args
 
 import pyarrow as pa
 
+from fm_assets.storage.image_text_schemas import PAIRS, RAW_PAIRS, TOKENIZED_PAIRS
 from fm_assets.storage.schemas import RAW_DOCUMENTS, TEXT_DOCUMENTS, TOKENIZED_DOCUMENTS
 
-DocumentKind = Literal["raw", "text", "tokenized"]
+DocumentKind = Literal["raw", "text", "tokenized", "raw_pairs", "pairs", "tokenized_pairs"]
 
 DOCUMENT_SCHEMAS: Mapping[DocumentKind, pa.Schema] = {
     "raw": RAW_DOCUMENTS,
     "text": TEXT_DOCUMENTS,
     "tokenized": TOKENIZED_DOCUMENTS,
+    "raw_pairs": RAW_PAIRS,
+    "pairs": PAIRS,
+    "tokenized_pairs": TOKENIZED_PAIRS,
 }
+_TEXT_KINDS = ("raw", "text", "tokenized")
+_IMAGE_FORMATS = ("jpeg", "webp", "png")
 
 SHA256_HEX = r"^[0-9a-f]{64}$"
 
@@ -78,8 +88,22 @@ def document_expectation_specs(kind: DocumentKind) -> list[ExpectationSpec]:
         ),
         spec("expect_column_values_to_be_unique", column="doc_id"),
         spec("expect_column_values_to_match_regex", column="raw_sha256", regex=SHA256_HEX),
-        spec("expect_column_pair_values_to_be_equal", column_A="doc_id", column_B="raw_sha256"),
     ]
+    if kind in _TEXT_KINDS:
+        specs.append(
+            spec("expect_column_pair_values_to_be_equal", column_A="doc_id", column_B="raw_sha256")
+        )
+    else:
+        specs.append(spec("expect_column_values_to_match_regex", column="doc_id", regex=SHA256_HEX))
+    if kind in ("pairs", "tokenized_pairs"):
+        specs += [
+            spec("expect_column_values_to_be_between", column="width", min_value=1),
+            spec("expect_column_values_to_be_between", column="height", min_value=1),
+            spec("expect_column_values_to_match_regex", column="pixel_sha256", regex=SHA256_HEX),
+            spec(
+                "expect_column_values_to_be_in_set", column="image_format", value_set=_IMAGE_FORMATS
+            ),
+        ]
     if kind == "raw":
         specs += [
             spec("expect_column_values_to_be_between", column="raw_size", min_value=1),
@@ -91,7 +115,7 @@ def document_expectation_specs(kind: DocumentKind) -> list[ExpectationSpec]:
         ]
     elif kind == "text":
         specs.append(spec("expect_column_value_lengths_to_be_between", column="text", min_value=1))
-    else:
+    elif kind in ("tokenized", "tokenized_pairs"):
         specs += [
             spec("expect_column_values_to_be_between", column="num_tokens", min_value=1),
             spec("expect_column_values_to_match_regex", column="tokenizer_hash", regex=SHA256_HEX),
@@ -105,7 +129,8 @@ def document_expectation_specs(kind: DocumentKind) -> list[ExpectationSpec]:
 
 def _is_bulky(arrow_type: pa.DataType) -> bool:
     return (
-        pa.types.is_binary(arrow_type)
+        pa.types.is_map(arrow_type)
+        or pa.types.is_binary(arrow_type)
         or pa.types.is_large_binary(arrow_type)
         or pa.types.is_list(arrow_type)
         or pa.types.is_large_list(arrow_type)

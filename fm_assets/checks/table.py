@@ -26,7 +26,7 @@ from fm_assets.checks.shard_sets import (
     token_counts_match_version,
 )
 from fm_assets.checks.versions import version_counts_match
-from fm_assets.execution import pipeline
+from fm_assets.execution import pipelines
 from fm_assets.execution.runner import up_to_date
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
@@ -75,7 +75,8 @@ class DataCheck(Generic[Subject]):
     run: Callable[[Subject], CheckOutcome]
 
 
-EVERY_STAGE = pipeline.STAGE_NAMES
+EVERY_STAGE = pipelines.ALL_STAGE_NAMES
+TOKENIZED_TABLES = tuple(p.final for p in pipelines.PIPELINES.values())
 
 BATCH_CHECKS: tuple[DataCheck[BatchSubject], ...] = (
     DataCheck(
@@ -99,8 +100,8 @@ BATCH_CHECKS: tuple[DataCheck[BatchSubject], ...] = (
     DataCheck(
         "token_counts_consistent",
         "num_tokens matches the token lists; ids inside the vocabulary.",
-        ("tokenized_documents",),
-        lambda s: token_counts_consistent(s.settings, s.batch_id),
+        TOKENIZED_TABLES,
+        lambda s: token_counts_consistent(s.settings, s.asset, s.batch_id),
     ),
 )
 
@@ -178,7 +179,7 @@ def checks_still_pass(settings: Settings, stage: str, batch_id: str, stage_key: 
 
 def batch_up_to_date(settings: Settings, batch_id: str) -> bool:
     """True when every stage of `batch_id` is current and all its checks passed on that data."""
-    for name in pipeline.STAGE_NAMES:
+    for name in pipelines.pipeline_of_batch(settings, batch_id).names:
         key = up_to_date(settings, name, batch_id)
         if key is None or not checks_still_pass(settings, name, batch_id, key):
             return False

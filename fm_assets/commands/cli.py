@@ -93,22 +93,34 @@ def main() -> None:
     show_default=True,
     help="The data namespace (cloud, on-device, web-unverified, quarantine, ...).",
 )
-def land(paths: tuple[str, ...], source: str, license_: str, namespace: str) -> None:
+@click.option(
+    "--modality",
+    type=click.Choice(["text", "image-text"]),
+    default=None,
+    help="What the files hold; detected from their content when omitted (WebDataset tars and "
+    "Parquet files of image bytes are image-text, WARC/JSONL/HTML/text are text).",
+)
+def land(
+    paths: tuple[str, ...], source: str, license_: str, namespace: str, modality: str | None
+) -> None:
     """Copy files into an immutable landing batch; prints the batch id last."""
     # Straight to the landing zone: `commands.operations` would load Dagster (seconds).
+    from fm_assets.commands.modality import batch_modality
     from fm_assets.storage.landing import land_files
     from fm_assets.storage.objectstore import open_object_store
 
+    files = [Path(p) for p in paths]
     manifest, created = land_files(
         open_object_store(load_settings()),
-        [Path(p) for p in paths],
+        files,
         source=source,
         license=license_,
         namespace=namespace,
+        modality=batch_modality(files, modality),
     )
     _echo(
-        f"{'landed' if created else 'already landed'} {len(manifest.files)} files, "
-        f"{manifest.total_bytes:,} bytes"
+        f"{'landed' if created else 'already landed'} {len(manifest.files)} {manifest.modality} "
+        f"files, {manifest.total_bytes:,} bytes"
     )
     click.echo(manifest.batch_id)
 
@@ -148,17 +160,24 @@ def version() -> None:
 @version.command("create")
 @click.argument("dataset")
 @click.option("--batches", default="", help="Comma-separated batch ids (default: all passing).")
-def version_create(dataset: str, batches: str) -> None:
+@click.option(
+    "--modality",
+    type=click.Choice(["text", "image-text"]),
+    default=None,
+    help="Cut over the passing batches of this modality (a version holds one); needed when "
+    "both have passing batches and --batches is not given.",
+)
+def version_create(dataset: str, batches: str, modality: str | None) -> None:
     """Cut an immutable version DATASET@vN; prints the version key last."""
     from fm_assets.versions.dataset_version import choose_batches, next_version_key
 
     settings = load_settings()
     chosen = [b.strip() for b in batches.split(",") if b.strip()]
     # Refuse an empty version before Dagster is even imported.
-    choose_batches(settings, next_version_key(settings, dataset), chosen)
+    choose_batches(settings, next_version_key(settings, dataset), chosen, modality)
     from fm_assets.commands.operations import create_version
 
-    key = create_version(settings, dataset, chosen, _echo)
+    key = create_version(settings, dataset, chosen, _echo, modality)
     click.echo(key)
 
 

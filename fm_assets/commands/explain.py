@@ -17,7 +17,7 @@ from typing import Any
 
 from fm_assets.curation.quality.families import language_family
 from fm_assets.curation.quality.thresholds import check_rules
-from fm_assets.execution import pipeline
+from fm_assets.execution.pipelines import pipeline_of_batch
 from fm_assets.settings import Settings
 from fm_assets.stages.quality import parse_rules_json
 from fm_assets.storage import catalog
@@ -68,11 +68,12 @@ def _explain_in_batch(
     record = next((r for r in raw if r["batch_id"] == batch_id), None)
     where = f" record {record['record_id']}, {record['url'] or 'no url'}" if record else ""
     lines = [f"batch {batch_id} (namespace {namespace}){where}"]
-    final_run = latest_stage_run(settings, batch_id, pipeline.STAGE_NAMES[-1])
+    batch_pipeline = pipeline_of_batch(settings, batch_id)
+    final_run = latest_stage_run(settings, batch_id, batch_pipeline.final)
     policy = (
         json.loads(final_run["policy_json"]) if final_run and final_run["policy_json"] else None
     )
-    if policy is not None:
+    if policy is not None and "allowed_languages" in policy:
         lines.append(
             f"  policy: `{policy['name']}` (from {policy['base']}); languages "
             f"{', '.join(policy['allowed_languages']) or 'any'}; classifier "
@@ -80,7 +81,7 @@ def _explain_in_batch(
         )
     drops = {r["stage"]: r for r in quarantined if r["batch_id"] == batch_id}
     scores: Row | None = None
-    for stage in pipeline.STAGE_NAMES:
+    for stage in batch_pipeline.names:
         run = latest_stage_run(settings, batch_id, stage)
         config = json.loads(run["config_json"]) if run and run.get("config_json") else {}
         if stage in drops:

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from fm_assets.checks.table import batch_up_to_date
+from fm_assets.commands.modality import batch_modality
 from fm_assets.curation.approval import approval_gate
 from fm_assets.curation.classifier.training import train_classifier as train
-from fm_assets.defs.jobs import BATCH_ASSET_KEYS
+from fm_assets.defs.jobs import batch_asset_keys
 from fm_assets.defs.landing import BATCH_TAG
 from fm_assets.defs.materialize import (
     ChecksFailed,
@@ -42,7 +43,7 @@ from fm_assets.settings import Settings
 from fm_assets.shards.build import shard_config_key, shard_set_key
 from fm_assets.shards.revoke import RevocationReport, finish_revocation, revocation_plan
 from fm_assets.storage.approvals import AwaitingApproval, decisions
-from fm_assets.storage.landing import BatchManifest, land_files
+from fm_assets.storage.landing import BatchManifest, land_files, read_manifest
 from fm_assets.storage.objectstore import open_object_store
 from fm_assets.storage.revocations import record_revocation
 from fm_assets.versions.dataset_version import choose_batches, next_version_key, require_version
@@ -62,10 +63,22 @@ __all__ = [
 
 
 def land(
-    settings: Settings, paths: list[Path], *, source: str, license: str, namespace: str = "cloud"
+    settings: Settings,
+    paths: list[Path],
+    *,
+    source: str,
+    license: str,
+    namespace: str = "cloud",
+    modality: str | None = None,
 ) -> tuple[BatchManifest, bool]:
+    """Land `paths` as one batch of their modality (detected, or `modality` checked)."""
     return land_files(
-        open_object_store(settings), paths, source=source, license=license, namespace=namespace
+        open_object_store(settings),
+        paths,
+        source=source,
+        license=license,
+        namespace=namespace,
+        modality=batch_modality(paths, modality),
     )
 
 
@@ -79,13 +92,14 @@ def run_batch(
     """
     if check_preconditions:
         check_batch_preconditions(settings, batch_id, log)
+    modality = read_manifest(open_object_store(settings), batch_id).modality
     gate = approval_gate(settings, batch_id)
     if gate is not None:
         if decisions(settings, batch_id):  # the latest decision was a rejection
             raise ValueError(gate)
         # Validation only; the curation stages wait for `fm approve`.
         add_partitions(settings, landing_batches, [batch_id])
-        keys = [k.to_user_string() for k in BATCH_ASSET_KEYS[:2]]
+        keys = [k.to_user_string() for k in batch_asset_keys(modality)[:2]]
         materialize(settings, keys, batch_id, log, tags={BATCH_TAG: batch_id})
         raise AwaitingApproval(gate)
     if batch_up_to_date(settings, batch_id):
@@ -94,7 +108,7 @@ def run_batch(
         return
     add_partitions(settings, landing_batches, [batch_id])
     # Tagged like the sensor's runs: the sensor sees this run and requests no second one.
-    keys = [k.to_user_string() for k in BATCH_ASSET_KEYS]
+    keys = [k.to_user_string() for k in batch_asset_keys(modality)]
     materialize(settings, keys, batch_id, log, tags={BATCH_TAG: batch_id})
 
 
@@ -119,12 +133,21 @@ def train_default_classifier(settings: Settings, log: Log) -> str:
     return digest
 
 
-def create_version(settings: Settings, dataset: str, batches: list[str], log: Log) -> str:
-    """Cut the next version of `dataset`; returns its key."""
+def create_version(
+    settings: Settings,
+    dataset: str,
+    batches: list[str],
+    log: Log,
+    modality: str | None = None,
+) -> str:
+    """Cut the next version of `dataset` (over `batches`, or the passing batches of
+    `modality`); returns its key."""
     key = next_version_key(settings, dataset)
-    choose_batches(settings, key, batches)  # refuses at once when the version would be empty
+    # Refuses at once when the version would be empty or mix modalities.
+    chosen = choose_batches(settings, key, batches, modality)
     add_partitions(settings, dataset_versions, [key])
-    run_config = {"ops": {"dataset_version": {"config": {"batches": batches}}}}
+    # The chosen batches, not the default: a batch finishing meanwhile must not change the cut.
+    run_config = {"ops": {"dataset_version": {"config": {"batches": batches or chosen}}}}
     materialize(settings, ["dataset_version"], key, log, run_config)
     return key
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fm_assets.execution import pipeline
+from fm_assets.execution.pipelines import pipeline_for
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.bookkeeping import latest_check_results, stage_runs
-from fm_assets.storage.landing import list_batches
+from fm_assets.storage.landing import TEXT_MODALITY, list_batches
 from fm_assets.storage.objectstore import open_object_store
 
 
@@ -22,16 +22,18 @@ def render_status(settings: Settings) -> str:
             latest[key] = run
     batches = list_batches(open_object_store(settings))
     for manifest in batches:
-        done = [s for s in pipeline.STAGE_NAMES if (manifest.batch_id, s) in latest]
-        final = latest.get((manifest.batch_id, pipeline.STAGE_NAMES[-1]))
+        names = pipeline_for(manifest.modality).names
+        done = [s for s in names if (manifest.batch_id, s) in latest]
+        final = latest.get((manifest.batch_id, names[-1]))
+        what = "documents" if manifest.modality == TEXT_MODALITY else "pairs"
         progress = (
-            f"{final['records_kept']} documents tokenized"
+            f"{final['records_kept']} {what} tokenized"
             if final
-            else f"{len(done)}/{len(pipeline.STAGE_NAMES)} stages"
+            else f"{len(done)}/{len(names)} stages"
         )
         lines.append(
-            f"  {manifest.batch_id}  {manifest.source:<12} {len(manifest.files)} files "
-            f"{manifest.total_bytes:>12,} B  {progress}"
+            f"  {manifest.batch_id}  {manifest.source:<12} {manifest.modality:<10} "
+            f"{len(manifest.files)} files {manifest.total_bytes:>12,} B  {progress}"
         )
     if not batches:
         lines.append("  (none: land files with `fm land PATH --source NAME --license SPDX`)")

@@ -10,7 +10,7 @@ import dagster as dg
 from fm_assets.defs.approval import build_approved_batch_sensor, decide_quarantined_batch
 from fm_assets.defs.cache import shard_set_cache
 from fm_assets.defs.curated import build_curated_assets
-from fm_assets.defs.jobs import process_landing_batch
+from fm_assets.defs.jobs import BATCH_JOBS
 from fm_assets.defs.landing import build_landing_sensor, landing_batch
 from fm_assets.defs.provenance import revocation
 from fm_assets.defs.registry import (
@@ -42,10 +42,10 @@ def build_definitions() -> dg.Definitions:
             contamination_scan,
             revocation,
         ],
-        jobs=[process_landing_batch, rescan_versions, decide_quarantined_batch],
+        jobs=[*BATCH_JOBS.values(), rescan_versions, decide_quarantined_batch],
         sensors=[
-            build_landing_sensor(process_landing_batch),
-            build_approved_batch_sensor(process_landing_batch),
+            build_landing_sensor(BATCH_JOBS),
+            build_approved_batch_sensor(BATCH_JOBS),
             contamination_registry_sensor,
         ],
         resources={"fm": FmPlatform()},

@@ -9,6 +9,8 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 from fm_assets.curation.approval import record_decision
 from fm_assets.defs.landing import BATCH_TAG
 from fm_assets.defs.resources import FmPlatform
+from fm_assets.storage.landing import read_manifest
+from fm_assets.storage.objectstore import open_object_store
 
 DECISION_OP = "record_batch_decision"
 
@@ -48,28 +50,34 @@ def decide_quarantined_batch() -> None:
     record_batch_decision()
 
 
-def build_approved_batch_sensor(job: UnresolvedAssetJobDefinition) -> dg.SensorDefinition:
-    """A sensor that requests the curation run of each batch a UI decision approved."""
+def build_approved_batch_sensor(
+    jobs: dict[str, UnresolvedAssetJobDefinition],
+) -> dg.SensorDefinition:
+    """A sensor that requests the curation run of each batch a UI decision approved, by the job
+    of its modality (`jobs`: modality -> job)."""
 
     @dg.run_status_sensor(
         name="approved_batch_sensor",
         run_status=dg.DagsterRunStatus.SUCCESS,
         monitored_jobs=[decide_quarantined_batch],
-        request_job=job,
+        request_jobs=list(jobs.values()),
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Runs a batch through curation once decide_quarantined_batch approved it.",
     )
     def approved_batch_sensor(
         context: dg.RunStatusSensorContext,
+        fm: FmPlatform,  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
     ) -> dg.RunRequest | dg.SkipReason:
         ops: dict[str, Any] = context.dagster_run.run_config["ops"]  # type: ignore[assignment]
         config = ops[DECISION_OP]["config"]
         batch_id = str(config["batch_id"])
         if not config["approve"]:
             return dg.SkipReason(f"batch {batch_id} was rejected: it never reaches curation")
+        modality = read_manifest(open_object_store(fm.settings()), batch_id).modality
         return dg.RunRequest(
             # One curation run per approving decision, whatever ran for the batch before.
             run_key=f"{batch_id}:approved:{context.dagster_run.run_id}",
+            job_name=jobs[modality].name,
             partition_key=batch_id,
             tags={BATCH_TAG: batch_id},
         )

@@ -1,6 +1,7 @@
 """The curated layer: one asset per pipeline stage, partitioned by landing batch.
 
-Built from `execution.pipeline.CURATION_STAGES`, so a new stage appears here without edits.
+Built from every modality's pipeline (`execution.pipelines`), so a new stage, or a new modality,
+appears here without edits.
 """
 
 import dataclasses
@@ -14,13 +15,14 @@ from fm_assets.defs.landing import LANDING_BATCH
 from fm_assets.defs.partitions import add_partition_keys, landing_batches, quality_classifiers
 from fm_assets.defs.progress import progress_logger
 from fm_assets.defs.resources import FmPlatform
-from fm_assets.execution import pipeline
+from fm_assets.execution.pipeline import StageEntry
+from fm_assets.execution.pipelines import PIPELINES
 from fm_assets.execution.runner import run_stage
 from fm_assets.registries.classifiers import NoDefaultClassifier, ensure_default_classifier
 from fm_assets.storage import catalog
 
 
-def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.AssetsDefinition:
+def build_stage_asset(entry: StageEntry, upstream: dg.AssetKey, first: bool) -> dg.AssetsDefinition:
     key = dg.AssetKey(entry.name)
 
     @dg.asset(
@@ -36,7 +38,7 @@ def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.A
     def _stage_asset(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
         settings = fm.settings()
         batch_id = context.partition_key
-        if entry.name != pipeline.STAGE_NAMES[0]:
+        if not first:
             # A quarantined batch stops after validation until `fm approve` (or forever).
             waiting = approval_gate(settings, batch_id)
             if waiting is not None:
@@ -88,9 +90,9 @@ def build_stage_asset(entry: pipeline.StageEntry, upstream: dg.AssetKey) -> dg.A
 
 def build_curated_assets() -> list[dg.AssetsDefinition]:
     assets = []
-    upstream = LANDING_BATCH
-    for entry in pipeline.CURATION_STAGES:
-        asset = build_stage_asset(entry, upstream)
-        assets.append(asset)
-        upstream = dg.AssetKey(entry.name)
+    for modality_pipeline in PIPELINES.values():
+        upstream = LANDING_BATCH
+        for position, entry in enumerate(modality_pipeline.stages):
+            assets.append(build_stage_asset(entry, upstream, first=position == 0))
+            upstream = dg.AssetKey(entry.name)
     return assets

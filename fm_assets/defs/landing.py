@@ -9,7 +9,7 @@ from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.partitions import landing_batches
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.defs.run_health import reap_dead_runs
-from fm_assets.execution import pipeline
+from fm_assets.execution.pipelines import pipeline_for
 from fm_assets.storage.landing import published_log, read_manifest
 from fm_assets.storage.objectstore import open_object_store
 
@@ -48,10 +48,11 @@ def landing_batch(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.Mater
 BATCH_TAG = "fm/batch"  # on every run that processes a whole batch: the sensor's and `fm run`'s
 
 
-def processed_or_in_progress(instance: dg.DagsterInstance, batch_id: str) -> bool:
-    """Whether the batch's last stage is materialized (by anyone: `fm run`, the sensor, a
-    backfill, the UI), or a run processing the whole batch is queued or running."""
-    last_stage = dg.AssetKey(pipeline.STAGE_NAMES[-1])
+def processed_or_in_progress(instance: dg.DagsterInstance, batch_id: str, final_stage: str) -> bool:
+    """Whether the batch's last stage (`final_stage`, of its modality's pipeline) is
+    materialized (by anyone: `fm run`, the sensor, a backfill, the UI), or a run processing the
+    whole batch is queued or running."""
+    last_stage = dg.AssetKey(final_stage)
     done = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=last_stage, asset_partitions=[batch_id]), limit=1
     )
@@ -63,12 +64,13 @@ def processed_or_in_progress(instance: dg.DagsterInstance, batch_id: str) -> boo
     return bool(running)
 
 
-def build_landing_sensor(job: UnresolvedAssetJobDefinition) -> dg.SensorDefinition:
-    """A sensor that adds a partition per newly published batch and requests its processing."""
+def build_landing_sensor(jobs: dict[str, UnresolvedAssetJobDefinition]) -> dg.SensorDefinition:
+    """A sensor that adds a partition per newly published batch and requests its processing by
+    the job of its modality (`jobs`: modality -> job)."""
 
     @dg.sensor(
         name="new_landing_batch_sensor",
-        job=job,
+        jobs=list(jobs.values()),
         minimum_interval_seconds=15,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Processes every batch published to the landing zone, once, in order.",
@@ -81,17 +83,28 @@ def build_landing_sensor(job: UnresolvedAssetJobDefinition) -> dg.SensorDefiniti
         reap_dead_runs(
             context.instance, context.log.info, by="new_landing_batch_sensor (the daemon)"
         )
-        entries = published_log(open_object_store(fm.settings()), after=context.cursor)
+        store = open_object_store(fm.settings())
+        entries = published_log(store, after=context.cursor)
         if not entries:
             return dg.SensorResult(skip_reason="no new landing batch")
         batch_ids = list(dict.fromkeys(batch_id for _, batch_id in entries))
+        modality = {b: read_manifest(store, b).modality for b in batch_ids}
         # A batch `fm run` processed (or is processing) gets its partition but no second run.
-        todo = [b for b in batch_ids if not processed_or_in_progress(context.instance, b)]
+        todo = [
+            b
+            for b in batch_ids
+            if not processed_or_in_progress(context.instance, b, pipeline_for(modality[b]).final)
+        ]
         return dg.SensorResult(
             # run_key = batch id: the same batch is never requested twice; dagster.yaml limits
             # runs per partition to one at a time, so manual runs cannot overlap it either.
             run_requests=[
-                dg.RunRequest(run_key=batch_id, partition_key=batch_id, tags={BATCH_TAG: batch_id})
+                dg.RunRequest(
+                    run_key=batch_id,
+                    job_name=jobs[modality[batch_id]].name,
+                    partition_key=batch_id,
+                    tags={BATCH_TAG: batch_id},
+                )
                 for batch_id in todo
             ],
             dynamic_partitions_requests=[landing_batches.build_add_request(batch_ids)],

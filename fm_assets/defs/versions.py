@@ -8,6 +8,7 @@ from fm_assets.checks.table import VERSION_CHECKS, VersionSubject, evaluate
 from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.partitions import dataset_versions
 from fm_assets.defs.resources import FmPlatform
+from fm_assets.execution.pipelines import PIPELINES
 from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions.dataset_version import create_version
 
@@ -24,7 +25,10 @@ class DatasetVersionConfig(dg.Config):
     key=DATASET_VERSION,
     group_name="versions",
     partitions_def=dataset_versions,
-    deps=[dg.AssetDep("tokenized_documents", partition_mapping=dg.AllPartitionMapping())],
+    # A version reads the last stage of its modality's pipeline.
+    deps=[
+        dg.AssetDep(p.final, partition_mapping=dg.AllPartitionMapping()) for p in PIPELINES.values()
+    ],
     kinds={"iceberg"},
     check_specs=check_specs(DATASET_VERSION, VERSION_CHECKS, dataset_versions),
     description="An immutable cut of curated batches: a dataset_versions row and Iceberg tags.",

@@ -120,35 +120,50 @@ class RemoteFunction:
     process uses them, else a task of one CPU retried if its worker dies. Either way
     `.remote(*args)` returns what a task would: one ref, or a list of `num_returns` refs."""
 
-    def __init__(self, function: Callable[..., Any], num_returns: int = 1) -> None:
+    def __init__(
+        self, function: Callable[..., Any], num_returns: int = 1, num_gpus: float = 0
+    ) -> None:
         self.function = function
         self.num_returns = num_returns
+        self.num_gpus = num_gpus
         self._task: Any = None
 
     def remote(self, *args: Any) -> Any:
         import ray
 
-        if _connection.warm_workers > 0:
+        # Warm workers hold no GPU: a task that needs one is scheduled on a GPU node by Ray.
+        if _connection.warm_workers > 0 and not self.num_gpus:
             if _connection.pool is None:
                 _connection.pool = open_pool(
                     _connection.warm_workers, _connection.worker_env, warm_worker
                 )
             return _connection.pool.submit(self.function, args, self.num_returns)
         if self._task is None:
-            task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES)(self.function)
+            task = ray.remote(num_cpus=1, num_gpus=self.num_gpus, max_retries=TASK_RETRIES)(
+                self.function
+            )
             self._task = task.options(num_returns=self.num_returns)
         return self._task.remote(*args)
 
 
-def remote(function: Callable[..., Any], *, num_returns: int = 1) -> RemoteFunction:
+def remote(
+    function: Callable[..., Any], *, num_returns: int = 1, num_gpus: float = 0
+) -> RemoteFunction:
     """`function`, to be run on Ray with `.remote(*args)` (see `RemoteFunction`)."""
-    return RemoteFunction(function, num_returns)
+    return RemoteFunction(function, num_returns, num_gpus)
 
 
 def ray_cpus() -> int:
     import ray
 
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def ray_gpus() -> int:
+    """GPUs the Ray cluster has (0 on a CPU-only cluster)."""
+    import ray
+
+    return int(ray.cluster_resources().get("GPU", 0))
 
 
 def _in_flight_limit() -> int:

@@ -72,7 +72,8 @@ def run_raw(
     """Parse every landed file of the batch and decide its exact duplicates, on Ray."""
 
     part = _part_size(settings, manifest, cpus)
-    parts = landed_parts(settings, manifest, _split_files(settings, manifest, part, progress))
+    starts = _split_files(settings, manifest, part, progress) if stage.splits_large_files else {}
+    parts = landed_parts(settings, manifest, starts)
     sizes = {f.sha256: f.size for f in manifest.files}
     weights = part_bytes(parts, sizes)
     # A slice holds no more than a part: parts smaller than the default (FM_PART_BYTES) ask for

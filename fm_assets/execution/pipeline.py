@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from fm_assets.contamination.registry import CONTAMINATION_RULES_VERSION
 from fm_assets.contamination.store import registry_ref
-from fm_assets.curation.policy import DEFAULT_CLASSIFIER, DatasetPolicy
+from fm_assets.curation.policy import DEFAULT_CLASSIFIER, DatasetPolicy, load_policy
 from fm_assets.registries.classifiers import ClassifierInfo, default_classifier, require_classifier
 from fm_assets.registries.tokenizers import default_tokenizer
 from fm_assets.settings import Settings
@@ -28,7 +29,8 @@ from fm_assets.stages.quality import QualityFilterStage, QualityScoreStage, rule
 from fm_assets.stages.raw import RawStage
 from fm_assets.stages.tokenize import TokenizeStage
 
-StageBuilder = Callable[[Settings, DatasetPolicy], Stage]
+# Builds a stage for a dataset from its policy (the modality's policy type).
+StageBuilder = Callable[[Settings, Any], Stage]
 
 
 def _raw(settings: Settings, policy: DatasetPolicy) -> Stage:
@@ -123,17 +125,57 @@ CURATION_STAGES: tuple[StageEntry, ...] = (
     StageEntry(TokenizeStage, _tokenize),
 )
 
-STAGE_NAMES: tuple[str, ...] = tuple(entry.name for entry in CURATION_STAGES)
+
+@dataclass(frozen=True)
+class Pipeline:
+    """One modality's curation: its stages in order, and how it reads a dataset's policy.
+
+    A modality is a plug-in (docs/architecture.md): landing, quarantine, checks, versions,
+    lineage and revocation are the same for every pipeline; the stages and the policy differ.
+    """
+
+    modality: str
+    stages: tuple[StageEntry, ...]
+    load_policy: Callable[[Settings, str], Any]  # (settings, source) -> the source's policy
+    policy_from_json: Callable[[str], Any]  # a policy a stage run recorded
+    resolve: Callable[[Settings, Any], Any] = lambda settings, policy: policy
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(entry.name for entry in self.stages)
+
+    @property
+    def final(self) -> str:
+        """The last stage: what a version reads its documents from."""
+        return self.stages[-1].name
+
+    @property
+    def text_table(self) -> str:
+        """The last table holding the text (the caption of a pair): the tokenize stage's input."""
+        return self.stages[-2].name
+
+    def upstream_of(self, name: str) -> str | None:
+        """The stage whose output feeds `name`; None for the first (it reads landed files)."""
+        names = self.names
+        index = names.index(name)
+        return names[index - 1] if index else None
+
+    def entry(self, name: str) -> StageEntry:
+        for item in self.stages:
+            if item.name == name:
+                return item
+        raise KeyError(f"unknown {self.modality} stage {name!r}; stages: {', '.join(self.names)}")
+
+
+TEXT = Pipeline("text", CURATION_STAGES, load_policy, DatasetPolicy.from_json, resolve_policy)
+# The text pipeline's stage names (most of the platform's text-only callers).
+STAGE_NAMES: tuple[str, ...] = TEXT.names
 
 
 def upstream_of(name: str) -> str | None:
-    """The stage whose output feeds `name`; None for the first stage (it reads landed files)."""
-    index = STAGE_NAMES.index(name)
-    return STAGE_NAMES[index - 1] if index else None
+    """The text stage whose output feeds `name`; None for the first stage."""
+    return TEXT.upstream_of(name)
 
 
 def entry(name: str) -> StageEntry:
-    for item in CURATION_STAGES:
-        if item.name == name:
-            return item
-    raise KeyError(f"unknown stage {name!r}; stages: {', '.join(STAGE_NAMES)}")
+    return TEXT.entry(name)

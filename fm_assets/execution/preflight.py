@@ -3,8 +3,7 @@ the fix, in about a second, instead of a stage failing minutes into the run."""
 
 from __future__ import annotations
 
-from fm_assets.curation.policy import load_policy
-from fm_assets.execution.pipeline import CURATION_STAGES
+from fm_assets.execution.pipelines import pipeline_for
 from fm_assets.registries.classifiers import NoDefaultClassifier
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
@@ -43,9 +42,10 @@ def check_run_preconditions(settings: Settings, batch_id: str) -> None:
         raise PreconditionFailed(
             f"the Iceberg catalog does not open (FM_CATALOG_URI): {_first_line(exc)}"
         ) from exc
-    policy = load_policy(settings, manifest.source)  # raises ValueError naming the file
+    batch_pipeline = pipeline_for(manifest.modality)
+    policy = batch_pipeline.load_policy(settings, manifest.source)  # ValueError naming the file
     missing_classifier: PreconditionFailed | None = None
-    for entry in CURATION_STAGES:
+    for entry in batch_pipeline.stages:
         try:
             entry.build(settings, policy)
         except NoDefaultClassifier as exc:

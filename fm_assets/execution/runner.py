@@ -19,20 +19,24 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyiceberg.expressions import AlwaysFalse, BooleanExpression
 from pyiceberg.manifest import DataFile
 
-from fm_assets.curation.policy import DatasetPolicy, load_policy
-from fm_assets.execution import pipeline
-from fm_assets.execution.compute import Progress, ensure_ray, ray_cpus, remote, run_tasks
+from fm_assets.execution.compute import Progress, ensure_ray, ray_cpus, ray_gpus, remote, run_tasks
 from fm_assets.execution.exact_dedup import run_raw
+from fm_assets.execution.image_dedup import run_image_dedup
 from fm_assets.execution.near_dedup import run_near_dedup
+from fm_assets.execution.pipelines import pipeline_for
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, process_files
 from fm_assets.execution.table_ranges import range_slices
 from fm_assets.registries.classifiers import NoDefaultClassifier
 from fm_assets.settings import Settings
 from fm_assets.stages.base import Stage
+from fm_assets.stages.image_text.dedup import ImageDedupStage
+from fm_assets.stages.image_text.raw import RawPairsStage
+from fm_assets.stages.image_text.score import ScoreStage
 from fm_assets.stages.neardup import NearDupStage
 from fm_assets.stages.raw import RawStage
 from fm_assets.storage import catalog
@@ -94,7 +98,7 @@ class _Plan:
 
     stage: Stage
     manifest: BatchManifest
-    policy: DatasetPolicy  # resolved where it can be: the default classifier named by its hash
+    policy: Any  # the modality's policy, resolved where it can be (the default classifier's hash)
     upstream: str | None
     stage_key: str
     input_snapshot_id: int | None
@@ -103,13 +107,19 @@ class _Plan:
 
 def _plan(settings: Settings, stage_name: str, batch_id: str) -> _Plan:
     manifest = read_manifest(open_object_store(settings), batch_id)
-    policy = load_policy(settings, manifest.source)
+    batch_pipeline = pipeline_for(manifest.modality)
+    if stage_name not in batch_pipeline.names:
+        raise ValueError(
+            f"batch {batch_id} holds {manifest.modality} data, which goes through "
+            f"{', '.join(batch_pipeline.names)}; {stage_name} is not one of its stages"
+        )
+    policy = batch_pipeline.load_policy(settings, manifest.source)
     # Only the quality stage needs the default classifier, and its build below says how to
     # get one; the other stages record the policy naming it "default".
     with contextlib.suppress(NoDefaultClassifier):
-        policy = pipeline.resolve_policy(settings, policy)
-    stage = pipeline.entry(stage_name).build(settings, policy)
-    upstream = pipeline.upstream_of(stage_name)
+        policy = batch_pipeline.resolve(settings, policy)
+    stage = batch_pipeline.entry(stage_name).build(settings, policy)
+    upstream = batch_pipeline.upstream_of(stage_name)
     if upstream is None:
         earlier = earlier_batches(settings, batch_id)
         upstream_key, snapshot, kept = _digest("landing", batch_id, *earlier), None, None
@@ -135,7 +145,12 @@ def up_to_date(settings: Settings, stage_name: str, batch_id: str) -> str | None
 
 
 # Stages that decide against a namespace-wide index, and what their lock is called.
-NAMESPACE_WIDE = {RawStage.name: "exact dedup", NearDupStage.name: "near dedup"}
+NAMESPACE_WIDE = {
+    RawStage.name: "exact dedup",
+    NearDupStage.name: "near dedup",
+    RawPairsStage.name: "exact dedup",
+    ImageDedupStage.name: "image dedup",
+}
 
 
 def run_stage(
@@ -281,9 +296,13 @@ def _execute(
     source = table_handle(settings, plan.upstream, namespace)
     if isinstance(stage, NearDupStage):
         return run_near_dedup(settings, stage, source, files, outputs, cpus, progress)
+    if isinstance(stage, ImageDedupStage):
+        return run_image_dedup(settings, stage, source, files, outputs, cpus, progress)
     slices = range_slices(files, cpus, stage.slices_per_cpu)
     progress(f"{stage.name}: {len(files)} input files of {batch_id} in {len(slices)} slices")
-    process = remote(process_files)
+    # A stage running models takes a GPU per task where the cluster has GPUs.
+    gpus = 1 if isinstance(stage, ScoreStage) and stage.uses_models and ray_gpus() else 0
+    process = remote(process_files, num_gpus=gpus)
     outcomes = run_tasks(
         lambda i: process.remote(stage, source, slices[i], outputs, i),
         len(slices),

@@ -12,13 +12,14 @@ from typing import Any
 
 from pyiceberg.table import Table
 
+from fm_assets.execution.pipelines import PIPELINES
 from fm_assets.settings import Settings
 from fm_assets.shards.build import read_shard_set_row
 from fm_assets.shards.lineage import sample_segments, samples_holding
 from fm_assets.storage import bookkeeping, catalog
 from fm_assets.storage.schemas import PROVENANCE_FIELDS
 from fm_assets.versions.dataset_version import DatasetVersion, require_version
-from fm_assets.versions.reader import FINAL_TABLE, version_documents
+from fm_assets.versions.reader import version_documents
 from fm_assets.versions.revocation import all_versions
 from fm_loader.provenance import read_revocation, read_run_record, read_run_records
 
@@ -142,20 +143,23 @@ def document_ids(settings: Settings, ref: str) -> list[str]:
 def versions_holding(settings: Settings, doc_ids: list[str]) -> list[str]:
     """Every version whose documents (at its tagged snapshots, less its exclusions) include one
     of `doc_ids`: only versions over a batch the documents were landed in are read."""
-    landed = catalog.read_namespaces(
-        settings,
-        FINAL_TABLE,
-        catalog.data_namespaces(settings),
-        catalog.where_in("doc_id", doc_ids),
-        ("batch_id",),
-    )
-    batches = set(landed.column("batch_id").to_pylist())
+    batches: set[str] = set()
+    for final in sorted({p.final for p in PIPELINES.values()}):
+        landed = catalog.read_namespaces(
+            settings,
+            final,
+            catalog.data_namespaces(settings),
+            catalog.where_in("doc_id", doc_ids),
+            ("batch_id",),
+        )
+        batches |= set(landed.column("batch_id").to_pylist())
+    wanted = catalog.where_in("doc_id", doc_ids)
     return [
         version.version_key
         for version in all_versions(settings)
         if batches & set(version.batches)
         and version_documents(
-            settings, version, FINAL_TABLE, ("doc_id",), catalog.where_in("doc_id", doc_ids)
+            settings, version, version.pipeline.final, ("doc_id",), wanted
         ).num_rows
     ]
 

@@ -83,6 +83,8 @@ class RawStage(Stage):
     name: ClassVar[str] = "raw_documents"
     version: ClassVar[str] = "2"  # 2: where each record is in its file
     output_schema: ClassVar[pa.Schema] = schemas.RAW_DOCUMENTS
+    # Large WARC/JSONL files are cut into parts at record boundaries, read by several tasks.
+    splits_large_files: ClassVar[bool] = True
 
     max_document_bytes: int = 8 * 1024 * 1024
     # Where to reach S3-compatible stores; not part of the content key.
@@ -133,7 +135,7 @@ class RawStage(Stage):
             )
             rows += part_rows
             rejects += part_rejects
-        kept = pa.Table.from_pylist(rows, schema=schemas.RAW_DOCUMENTS)
+        kept = pa.Table.from_pylist(rows, schema=self.output_schema)
         return StageResult(kept=kept, quarantined=quarantine_rows(rejects))
 
     def _read_part(

@@ -32,11 +32,15 @@ from pyiceberg.expressions import (
     EqualTo,
     In,
     NotEqualTo,
+    Or,
 )
 from pyiceberg.table import Table
 
 from fm_assets.settings import Settings
-from fm_assets.storage import schemas  # noqa: F401  (declares the tables storage owns)
+from fm_assets.storage import (  # noqa: F401  (declare the tables storage owns)
+    image_text_schemas,
+    schemas,
+)
 from fm_assets.storage.avro_schemas import convert_schemas_once
 from fm_assets.storage.landing import NAMESPACE_NAME, read_manifest
 from fm_assets.storage.objectstore import iceberg_s3_properties, open_object_store
@@ -225,7 +229,7 @@ def where_equal(column: str, value: str | int) -> BooleanExpression:
     return EqualTo(column, value)  # type: ignore[call-arg, arg-type]
 
 
-def where_not_equal(column: str, value: str) -> BooleanExpression:
+def where_not_equal(column: str, value: str | int) -> BooleanExpression:
     return NotEqualTo(column, value)  # type: ignore[call-arg, arg-type]
 
 
@@ -239,6 +243,15 @@ def where_all(*conditions: BooleanExpression) -> BooleanExpression:
     result = conditions[0]
     for condition in conditions[1:]:
         result = And(result, condition)
+    return result
+
+
+def where_any(*conditions: BooleanExpression) -> BooleanExpression:
+    if not conditions:
+        return AlwaysFalse()
+    result = conditions[0]
+    for condition in conditions[1:]:
+        result = Or(result, condition)
     return result
 
 

@@ -28,7 +28,12 @@ from typing import Any
 from fm_assets.settings import PIPELINE_VERSION
 from fm_assets.storage.objectstore import ObjectStore
 
-MANIFEST_FORMAT_VERSION = 1
+MANIFEST_FORMAT_VERSION = 1  # a text batch's manifest: the format since the first release
+# A batch of another modality records it; format 1 manifests (no `modality`) are text batches.
+MODALITY_MANIFEST_FORMAT_VERSION = 2
+TEXT_MODALITY = "text"
+IMAGE_TEXT_MODALITY = "image-text"
+MODALITIES = (TEXT_MODALITY, IMAGE_TEXT_MODALITY)
 _CHUNK = 8 << 20
 
 
@@ -54,13 +59,21 @@ class BatchManifest:
     ingested_at: str  # ISO-8601 UTC
     tool_version: str
     files: tuple[LandedFile, ...]
+    modality: str = TEXT_MODALITY  # one of MODALITIES: which pipeline curates the batch
 
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True)
+        fields = asdict(self)
+        if self.modality == TEXT_MODALITY:
+            # A text batch's manifest stays byte for byte what earlier releases wrote.
+            del fields["modality"]
+            fields["format_version"] = MANIFEST_FORMAT_VERSION
+        else:
+            fields["format_version"] = MODALITY_MANIFEST_FORMAT_VERSION
+        return json.dumps(fields, indent=2, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> BatchManifest:
@@ -76,12 +89,23 @@ class BatchManifest:
             raise ValueError(f"landing manifest is not valid JSON: {exc}") from exc
         if not isinstance(raw, dict):
             raise ValueError(f"landing manifest must be a JSON object, got {_json_type(raw)}")
-        if raw.get("format_version") != MANIFEST_FORMAT_VERSION:
+        version = raw.get("format_version")
+        if version not in (MANIFEST_FORMAT_VERSION, MODALITY_MANIFEST_FORMAT_VERSION):
             raise ValueError(
-                f"landing manifest format {raw.get('format_version')!r} is not supported "
-                f"(this fm reads {MANIFEST_FORMAT_VERSION}); upgrade fm-platform"
+                f"landing manifest format {version!r} is not supported (this fm reads "
+                f"{MANIFEST_FORMAT_VERSION} and {MODALITY_MANIFEST_FORMAT_VERSION}); "
+                "upgrade fm-platform"
             )
+        if version == MANIFEST_FORMAT_VERSION:
+            if "modality" in raw:
+                raise ValueError("landing manifest format 1 has no field 'modality'")
+            raw = {**raw, "modality": TEXT_MODALITY}
         fields = _checked_fields(cls, raw, "landing manifest")
+        if fields["modality"] not in MODALITIES:
+            raise ValueError(
+                f"landing manifest field 'modality' is {fields['modality']!r}; this fm curates "
+                f"{', '.join(MODALITIES)}"
+            )
         files = raw["files"]
         if not isinstance(files, list):
             raise ValueError(f"landing manifest field 'files' must be a list, got {files!r:.80}")
@@ -211,12 +235,16 @@ def land_files(
     source: str,
     license: str,
     namespace: str = "cloud",
+    modality: str = TEXT_MODALITY,
 ) -> tuple[BatchManifest, bool]:
-    """Copy `paths` into a new immutable batch; return (manifest, created).
+    """Copy `paths` into a new immutable batch of `modality`; return (manifest, created).
 
     `created` is False when a batch with exactly these files was landed before; landing it
-    again with different source, license or namespace is refused rather than silently merged.
+    again with different source, license, namespace or modality is refused rather than
+    silently merged.
     """
+    if modality not in MODALITIES:
+        raise ValueError(f"--modality must be one of {', '.join(MODALITIES)}, got {modality!r}")
     if not paths:
         raise ValueError("nothing to land: name at least one file")
     for name, value in (("source", source), ("license", license)):
@@ -242,11 +270,12 @@ def land_files(
 
     if store.exists(f"{prefix}/manifest.json"):
         existing = read_manifest(store, batch_id)
-        if (existing.source, existing.license, existing.namespace) != (source, license, namespace):
+        landed = (existing.source, existing.license, existing.namespace, existing.modality)
+        if landed != (source, license, namespace, modality):
             raise ValueError(
                 f"these files were landed already as {batch_id} with source={existing.source} "
-                f"license={existing.license} namespace={existing.namespace}; "
-                "a batch's metadata is immutable"
+                f"license={existing.license} namespace={existing.namespace} "
+                f"modality={existing.modality}; a batch's metadata is immutable"
             )
         # A crash between publishing and logging would hide the batch from the sensor.
         if not any(b == batch_id for _, b in published_log(store)):
@@ -272,6 +301,7 @@ def land_files(
         ingested_at=now.isoformat(),
         tool_version=PIPELINE_VERSION,
         files=files,
+        modality=modality,
     )
     sources = {sha: path for sha, (path, _) in unique.items()}
     _publish(store, manifest, sources)

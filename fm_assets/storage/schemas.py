@@ -112,6 +112,8 @@ DATASET_VERSIONS = pa.schema(
         ),  # over sorted (doc_id) of the version
         pa.field("run_id", pa.string(), nullable=True),
         pa.field("created_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        # "text" or "image-text"; null in rows written before image-text existed (text).
+        pa.field("modality", pa.string(), nullable=True),
     ]
 )
 

@@ -52,7 +52,7 @@ def table_spec(name: str) -> TableSpec:
     except KeyError:
         raise KeyError(
             f"unknown table {name!r}; declared tables: {', '.join(sorted(_DECLARED))} "
-            "(stage tables are declared when fm_assets.execution.pipeline is imported)"
+            "(stage tables are declared when fm_assets.execution.pipelines is imported)"
         ) from None
 
 

@@ -22,11 +22,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fm_assets.curation.namespaces import load_namespace_policy
-from fm_assets.execution import pipeline
+from fm_assets.execution.pipeline import Pipeline
+from fm_assets.execution.pipelines import pipeline_for, pipeline_of_batch
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.bookkeeping import latest_check_results, latest_stage_run
-from fm_assets.storage.landing import published_log
+from fm_assets.storage.landing import TEXT_MODALITY, published_log
 from fm_assets.storage.objectstore import open_object_store
 from fm_assets.storage.revocations import read_revocations
 from fm_assets.versions.membership import (
@@ -41,8 +42,6 @@ from fm_assets.versions.policies import record_policies, refuse_stale_batches
 
 _KEY = re.compile(r"^(?P<dataset>[a-z0-9][a-z0-9_.-]*)@v(?P<n>[1-9][0-9]*)$")
 DATASET_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
-# The tables a version tags: one per stage (`versions.reader` reads them).
-DOCUMENT_TABLES = pipeline.STAGE_NAMES
 
 
 @dataclass(frozen=True)
@@ -57,6 +56,12 @@ class DatasetVersion:
     num_documents: int
     num_tokens: int
     content_hash: str
+    modality: str = TEXT_MODALITY  # the pipeline of its batches: "text" or "image-text"
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """The pipeline of the version's batches: its stages are the tables it tags."""
+        return pipeline_for(self.modality)
 
     @property
     def namespaces(self) -> tuple[str, ...]:
@@ -85,6 +90,7 @@ class DatasetVersion:
             num_documents=int(row["num_documents"]),
             num_tokens=int(row["num_tokens"]),
             content_hash=str(row["content_hash"]),
+            modality=str(row.get("modality") or TEXT_MODALITY),
         )
 
 
@@ -125,9 +131,14 @@ def next_version_key(settings: Settings, dataset: str) -> str:
     return f"{dataset}@v{(latest or 0) + 1}"
 
 
-def default_batches(settings: Settings) -> list[str]:
-    """Every published batch whose stages all ran and whose latest checks all passed."""
-    published = list(dict.fromkeys(b for _, b in published_log(open_object_store(settings))))
+def default_batches(settings: Settings, modality: str | None = None) -> list[str]:
+    """Every published batch (of `modality`, if given) whose stages all ran and whose latest
+    checks all passed."""
+    store = open_object_store(settings)
+    published = list(dict.fromkeys(b for _, b in published_log(store)))
+    stages = {b: pipeline_of_batch(settings, b).names for b in published}
+    if modality is not None:
+        published = [b for b in published if pipeline_of_batch(settings, b).modality == modality]
     results = latest_check_results(settings)
     passed: dict[tuple[str, str], bool] = {}
     for (asset, partition, _), row in results.items():
@@ -135,23 +146,48 @@ def default_batches(settings: Settings) -> list[str]:
     return [
         batch_id
         for batch_id in published
-        if all(passed.get((stage, batch_id), False) for stage in pipeline.STAGE_NAMES)
+        if all(passed.get((stage, batch_id), False) for stage in stages[batch_id])
     ]
 
 
-def choose_batches(settings: Settings, version_key: str, batches: list[str] | None) -> list[str]:
-    """The batches a new version covers (default: all passing); refuses a version with no documents.
+def batches_pipeline(settings: Settings, version_key: str, batches: list[str]) -> Pipeline:
+    """The one pipeline of `batches`; a version mixing modalities is refused, saying how to
+    cut one per modality."""
+    found: dict[str, list[str]] = {}
+    for batch_id in batches:
+        found.setdefault(pipeline_of_batch(settings, batch_id).modality, []).append(batch_id)
+    if len(found) > 1:
+        counts = ", ".join(f"{len(b)} {m}" for m, b in sorted(found.items()))
+        raise ValueError(
+            f"{version_key} would mix modalities ({counts} batches); a version holds one: "
+            "cut one per modality with `fm version create DATASET --modality text|image-text` "
+            "(a loader mixture may combine them)"
+        )
+    return pipeline_for(next(iter(found), TEXT_MODALITY))
+
+
+def choose_batches(
+    settings: Settings, version_key: str, batches: list[str] | None, modality: str | None = None
+) -> list[str]:
+    """The batches a new version covers (default: all passing, of `modality` if given); refuses
+    a version with no documents, or of two modalities.
 
     Reads only the bookkeeping, so `fm version create` refuses at once, naming what each stage
     dropped, instead of cutting an empty version that fails at `fm shards build`.
     """
-    chosen = sorted(set(batches or default_batches(settings)))
+    chosen = sorted(set(batches or default_batches(settings, modality)))
     if not chosen:
+        of = f" of modality {modality}" if modality else ""
         raise ValueError(
-            "no landing batch has passed its checks: process one with `fm run --batch ID`, "
+            f"no landing batch{of} has passed its checks: process one with `fm run --batch ID`, "
             "or name batches with --batches"
         )
-    final = pipeline.STAGE_NAMES[-1]
+    batch_pipeline = batches_pipeline(settings, version_key, chosen)
+    if modality is not None and batch_pipeline.modality != modality:
+        raise ValueError(
+            f"{version_key}: the batches named are {batch_pipeline.modality}, not {modality}"
+        )
+    final = batch_pipeline.final
     runs = {b: latest_stage_run(settings, b, final) for b in chosen}
     missing = [b for b, run in runs.items() if run is None]
     if missing:
@@ -195,7 +231,7 @@ def drop_summary(settings: Settings, batches: list[str]) -> str:
     ):
         rules.setdefault(stage, Counter())[rule] += 1
     parts = []
-    for stage in pipeline.STAGE_NAMES:
+    for stage in batches_pipeline(settings, "the version", batches).names:
         runs = [latest_stage_run(settings, b, stage) for b in batches]
         records_in = sum(int(r["records_in"]) for r in runs if r)
         kept = sum(int(r["records_kept"]) for r in runs if r)
@@ -206,25 +242,31 @@ def drop_summary(settings: Settings, batches: list[str]) -> str:
 
 
 def create_version(
-    settings: Settings, version_key: str, batches: list[str] | None, run_id: str | None
+    settings: Settings,
+    version_key: str,
+    batches: list[str] | None,
+    run_id: str | None,
+    modality: str | None = None,
 ) -> tuple[DatasetVersion, bool]:
-    """Cut `version_key` over `batches` (default: all passing ones); return (version, created)."""
+    """Cut `version_key` over `batches` (default: all passing ones, of `modality` if given);
+    return (version, created)."""
     dataset, number = parse_version_key(version_key)
     existing = read_version(settings, version_key)
     if existing is not None:
-        if tuple(sorted(set(batches or default_batches(settings)))) != existing.batches:
+        wanted = batches or default_batches(settings, modality or existing.modality)
+        if tuple(sorted(set(wanted))) != existing.batches:
             raise ValueError(
                 f"{version_key} already exists over other batches; versions are immutable: "
                 f"create {dataset}@v{number + 1} instead"
             )
         return existing, False
-    chosen = choose_batches(settings, version_key, batches)
-
-    final_stage = pipeline.STAGE_NAMES[-1]
+    chosen = choose_batches(settings, version_key, batches, modality)
+    batch_pipeline = batches_pipeline(settings, version_key, chosen)
+    final_stage = batch_pipeline.final
     stage_keys = []
     code_versions: dict[str, str] = {}
     for batch_id in chosen:
-        for stage in pipeline.STAGE_NAMES:
+        for stage in batch_pipeline.names:
             run = latest_stage_run(settings, batch_id, stage)
             if run is None:
                 raise ValueError(
@@ -238,7 +280,7 @@ def create_version(
     snapshot_ids = {
         namespace: {
             t: snapshot
-            for t in DOCUMENT_TABLES
+            for t in batch_pipeline.names
             if (snapshot := catalog.current_snapshot_id(settings, t, namespace=namespace))
             is not None
         }
@@ -296,6 +338,7 @@ def create_version(
         num_documents=docs.num_rows,
         num_tokens=int(pc.sum(docs.column("num_tokens")).as_py() or 0),
         content_hash=content_hash,
+        modality=batch_pipeline.modality,
     )
     for namespace in held:
         exclude_documents(
@@ -334,5 +377,6 @@ def register_version(settings: Settings, version: DatasetVersion, run_id: str | 
         "content_hash": version.content_hash,
         "run_id": run_id,
         "created_at": dt.datetime.now(dt.UTC),
+        "modality": version.modality,
     }
     catalog.append_rows(settings, "dataset_versions", pa.Table.from_pylist([row]))

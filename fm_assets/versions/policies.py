@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+from typing import Any
 
 import pyarrow as pa
 
-from fm_assets.curation.policy import DatasetPolicy, load_policy
-from fm_assets.execution import pipeline
+from fm_assets.execution.pipelines import pipeline_of_batch
 from fm_assets.registries.classifiers import NoDefaultClassifier
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
@@ -37,15 +37,17 @@ declare(TableSpec("version_policies", VERSION_POLICIES, ("version_key",)))
 _LABELS = ("name", "base")
 
 
-def curated_policy(settings: Settings, batch_id: str) -> DatasetPolicy | None:
-    """The policy the batch's latest curation ran under (its final stage's run), or None."""
-    run = latest_stage_run(settings, batch_id, pipeline.STAGE_NAMES[-1])
+def curated_policy(settings: Settings, batch_id: str) -> Any:
+    """The policy (of the batch's modality) its latest curation ran under (its final stage's
+    run), or None."""
+    batch_pipeline = pipeline_of_batch(settings, batch_id)
+    run = latest_stage_run(settings, batch_id, batch_pipeline.final)
     if run is None or not run.get("policy_json"):
         return None
-    return DatasetPolicy.from_json(str(run["policy_json"]))
+    return batch_pipeline.policy_from_json(str(run["policy_json"]))
 
 
-def policy_changes(curated: DatasetPolicy, current: DatasetPolicy) -> list[str]:
+def policy_changes(curated: Any, current: Any) -> list[str]:
     """The deciding fields in which two policies differ."""
     old, new = json.loads(curated.to_json()), json.loads(current.to_json())
     return sorted(k for k in old if k not in _LABELS and old[k] != new.get(k))
@@ -59,10 +61,11 @@ def refuse_stale_batches(settings: Settings, version_key: str, batches: list[str
         if curated is None:
             continue  # curated before policies were recorded: nothing to compare
         source = curated.name  # a policy is named by the source it is keyed by
-        current = load_policy(settings, source)
+        batch_pipeline = pipeline_of_batch(settings, batch_id)
+        current = batch_pipeline.load_policy(settings, source)
         # No default classifier now: the policy names "default", which differs from any hash.
         with contextlib.suppress(NoDefaultClassifier):
-            current = pipeline.resolve_policy(settings, current)
+            current = batch_pipeline.resolve(settings, current)
         changed = policy_changes(curated, current)
         if changed:
             stale.append(f"{batch_id} ({source}: {', '.join(changed)})")
@@ -107,18 +110,19 @@ def copy_policies(settings: Settings, from_key: str, to_key: str) -> None:
         )
 
 
-def version_policies(
-    settings: Settings, version_key: str
-) -> dict[str, tuple[str, DatasetPolicy | None]]:
+def version_policies(settings: Settings, version_key: str) -> dict[str, tuple[str, Any]]:
     """batch id -> (source, policy) as the version recorded them ({} for older versions; source
-    "" when not recorded)."""
+    "" when not recorded). A text batch's policy is a DatasetPolicy, an image-text batch's an
+    ImageTextPolicy."""
     rows = catalog.read_table(
         settings, "version_policies", catalog.where_equal("version_key", version_key)
     ).to_pylist()
     return {
         r["batch_id"]: (
             r["source"] or "",
-            DatasetPolicy.from_json(r["policy_json"]) if r["policy_json"] else None,
+            pipeline_of_batch(settings, r["batch_id"]).policy_from_json(r["policy_json"])
+            if r["policy_json"]
+            else None,
         )
         for r in sorted(rows, key=lambda r: r["batch_id"])
     }

@@ -16,18 +16,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import BooleanExpression
 
-from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.tables import table_spec
 from fm_assets.versions.dataset_version import DatasetVersion
 from fm_assets.versions.membership import excluded_documents
-
-# The tables a version tags: one per stage, each holding the documents that stage kept.
-DOCUMENT_TABLES = pipeline.STAGE_NAMES
-FINAL_TABLE = DOCUMENT_TABLES[-1]
-# The last table holding the documents' text: the tokenize stage's input (its output holds none).
-FINAL_TEXT_TABLE = DOCUMENT_TABLES[-2]
 
 
 def version_snapshot(
@@ -44,7 +37,7 @@ def version_snapshot(
     pinned_ids = version.snapshot_ids.get(namespace, {})
     if table in pinned_ids:
         return pinned_ids[table]
-    if table in DOCUMENT_TABLES:
+    if table in version.pipeline.names:
         return None  # create_version pins every document table that had a snapshot
     iceberg = catalog.load_table(settings, table, namespace=namespace)
     tagged = iceberg.snapshot_by_name(version.version_key)
@@ -138,8 +131,11 @@ def version_documents(
     where: BooleanExpression | None = None,
 ) -> pa.Table:
     """The version's rows of a document table (one stage's output), matching `where`."""
-    if table not in DOCUMENT_TABLES:
-        raise ValueError(f"{table} is not a document table; read it with version_rows")
+    if table not in version.pipeline.names:
+        raise ValueError(
+            f"{table} is not a document table of {version.version_key} ({version.modality}: "
+            f"{', '.join(version.pipeline.names)}); read other tables with version_rows"
+        )
     return version_rows(settings, version, table, columns, where)
 
 
@@ -147,10 +143,10 @@ def version_text_documents(
     settings: Settings, version: DatasetVersion, columns: tuple[str, ...]
 ) -> pa.Table:
     """`columns` (`text` among them) of the version's documents, from the last table holding
-    their text (`FINAL_TEXT_TABLE`), for exactly the documents its final table holds."""
-    held = version_documents(settings, version, FINAL_TABLE, ("doc_id",))
+    their text (`Pipeline.text_table`), for exactly the documents its final table holds."""
+    held = version_documents(settings, version, version.pipeline.final, ("doc_id",))
     wanted = columns if "doc_id" in columns else (*columns, "doc_id")
-    docs = version_documents(settings, version, FINAL_TEXT_TABLE, wanted)
+    docs = version_documents(settings, version, version.pipeline.text_table, wanted)
     return docs.filter(pc.is_in(docs.column("doc_id"), held.column("doc_id"))).select(list(columns))
 
 

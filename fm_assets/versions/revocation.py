@@ -18,7 +18,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fm_assets.execution import pipeline
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.revocations import RevocationRecord
@@ -82,7 +81,7 @@ def revoked_in(
     return version_documents(
         settings,
         version,
-        pipeline.STAGE_NAMES[-1],
+        version.pipeline.final,
         ("doc_id", "num_tokens", "namespace"),
         catalog.where_equal(revocation.column, revocation.value),
     )
