@@ -98,7 +98,7 @@ def test_a_source_the_policy_marks_untrusted_waits_and_is_approved_in_the_ui(
     import dagster as dg
 
     from fm_assets.defs.approval import build_approved_batch_sensor, decide_quarantined_batch
-    from fm_assets.defs.jobs import process_landing_batch
+    from fm_assets.defs.jobs import BATCH_JOBS
     from fm_assets.defs.resources import FmPlatform
 
     policy = tmp_path / "policy.toml"
@@ -126,15 +126,17 @@ def test_a_source_the_policy_marks_untrusted_waits_and_is_approved_in_the_ui(
     assert [(d["decision"], d["decided_by"]) for d in decisions(strict, batch)] == [
         ("approved", "ana")
     ]
-    sensor = build_approved_batch_sensor(process_landing_batch)
+    sensor = build_approved_batch_sensor(BATCH_JOBS)
     request = sensor(
         dg.build_run_status_sensor_context(
             sensor_name=sensor.name,
             dagster_event=result.get_run_success_event(),
             dagster_instance=instance,
             dagster_run=result.dagster_run,
+            resources={"fm": FmPlatform()},
         )
     )
     assert isinstance(request, dg.RunRequest) and request.partition_key == batch
+    assert request.job_name == "process_landing_batch"  # the job of the batch's modality
     operations.run_batch(strict, batch, lambda message: None)  # what the requested run does
     assert _rows(strict, pipeline.STAGE_NAMES[-1], batch) == 1
