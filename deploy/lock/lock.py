@@ -101,14 +101,32 @@ def main() -> None:
         }
         constraints = str(HERE / "constraints.txt")
 
-        _uv("pyproject.toml", str(build), "--extra", "dev", "--generate-hashes",
-            "-c", constraints, "-o", str(work / "dev.txt"))  # fmt: skip
+        _uv(
+            "pyproject.toml",
+            str(build),
+            "--extra",
+            "dev",
+            "--generate-hashes",
+            "-c",
+            constraints,
+            "-o",
+            str(work / "dev.txt"),
+        )
         dev = _publish(work / "dev.txt", HERE / "dev.txt", names)
 
         # The image's set at exactly CI's versions.
         pins.write_text("".join(e.split(" \\", 1)[0].strip() + "\n" for _, e in _entries(dev)))
-        _uv("pyproject.toml", str(build), "--extra", "platform", "--generate-hashes",
-            "-c", str(pins), "-o", str(work / "platform.txt"))  # fmt: skip
+        _uv(
+            "pyproject.toml",
+            str(build),
+            "--extra",
+            "platform",
+            "--generate-hashes",
+            "-c",
+            str(pins),
+            "-o",
+            str(work / "platform.txt"),
+        )
         text = (work / "platform.txt").read_text()
         for path, name in names.items():
             text = text.replace(str(path), name)
@@ -119,8 +137,16 @@ def main() -> None:
         (HERE / "torch-cuda.txt").write_text(
             _header(text) + "".join(e for n, e in entries if TORCH_FAMILY.match(n))
         )
-        _uv("pyproject.toml", str(build), "--extra", "platform", "-c", str(pins),
-            "-o", str(work / "pylock.platform.toml"))  # fmt: skip
+        _uv(
+            "pyproject.toml",
+            str(build),
+            "--extra",
+            "platform",
+            "-c",
+            str(pins),
+            "-o",
+            str(work / "pylock.platform.toml"),
+        )
         _publish(work / "pylock.platform.toml", HERE / "pylock.platform.toml", names)
 
         _uv(str(checkov), "--generate-hashes", "-o", str(work / "checkov.txt"))
