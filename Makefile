@@ -10,25 +10,41 @@ SEQ_LEN  ?= 2048
 export FM_HOME
 
 STAMP := $(VENV)/.installed-stamp
+# Every install is from the lock (pinned versions + hashes, deploy/lock/, made by `make lock`
+# from pyproject.toml): CI installs exactly what the image (deploy/Dockerfile) installs.
+LOCK_DIR := deploy/lock
 # checkov pins much of its stack: it gets a venv of its own (the deploy/ manifest tests use it).
 DEPLOY_VENV  ?= .venv-deploy
 DEPLOY_STAMP := $(DEPLOY_VENV)/.installed-stamp
+# `make lock` runs the resolver (uv, pinned) from a venv of its own.
+LOCK_VENV ?= .venv-lock
+UV_VERSION := 0.13.8
 # Debian packages the production-profile and browser tests need: Postgres server binaries
 # (initdb, pg_ctl) and Chromium, never a downloaded browser.
 SYSTEM_PACKAGES := postgresql chromium
 
-.PHONY: install install-system demo test test-fast lint dev clean
+.PHONY: install install-system demo test test-fast lint dev clean lock
 
-$(STAMP): pyproject.toml
+# --no-deps: the lock is the whole environment (pip check proves it complete); the project
+# itself goes in editable, built with the locked setuptools.
+$(STAMP): pyproject.toml $(LOCK_DIR)/dev.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip setuptools wheel
-	$(VENV)/bin/pip install -e ".[dev]"
+	$(VENV)/bin/pip install --quiet --require-hashes --no-deps -r $(LOCK_DIR)/dev.txt
+	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
+	$(VENV)/bin/pip check
 	touch $(STAMP)
 
-$(DEPLOY_STAMP):
+$(DEPLOY_STAMP): $(LOCK_DIR)/checkov.txt
 	$(PYTHON) -m venv $(DEPLOY_VENV)
-	$(DEPLOY_VENV)/bin/pip install --quiet "checkov>=3.2,<4"
+	$(DEPLOY_VENV)/bin/pip install --quiet --require-hashes --no-deps -r $(LOCK_DIR)/checkov.txt
+	$(DEPLOY_VENV)/bin/pip check
 	touch $(DEPLOY_STAMP)
+
+## Regenerate deploy/lock/ from pyproject.toml (after changing a dependency); commit the result.
+lock:
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install --quiet "uv==$(UV_VERSION)"
+	$(LOCK_VENV)/bin/python $(LOCK_DIR)/lock.py
 
 ## Install what is missing of SYSTEM_PACKAGES (as root, e.g. in CI); a no-op when present.
 install-system:

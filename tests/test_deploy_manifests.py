@@ -10,7 +10,8 @@
   the KubeRay pod templates;
 - the Helm values: the same coordinator limits, pools and run retries as dagster.yaml and the
   production instance, credentials only from secrets. The chart itself is not fetched (no
-  network in CI), so the values are not rendered against its schema;
+  network in CI): tests/test_helm_values.py renders the instance as its templates do, and
+  tests/test_pod_security.py checks the pods it renders against Pod Security `restricted`;
 - the bucket policy: each namespace's role confined to its prefixes.
 """
 
@@ -207,7 +208,10 @@ def test_helm_values_carry_the_instance_settings_and_no_credentials() -> None:
 
     values = yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text())
     instance = embedded_config()
-    assert values["concurrency"] == _camel_keys(instance["concurrency"])
+    concurrency = dict(values["concurrency"])
+    # The chart writes the limits into the instance only when enabled (tests/test_helm_values.py).
+    assert concurrency.pop("enabled") is True
+    assert concurrency == _camel_keys(instance["concurrency"])
     assert values["dagsterDaemon"]["runCoordinator"]["type"] == "QueuedRunCoordinator"
     retries = values["dagsterDaemon"]["runRetries"]
     assert retries == _camel_keys(RUN_RETRIES)
@@ -215,7 +219,8 @@ def test_helm_values_carry_the_instance_settings_and_no_credentials() -> None:
     assert values["runLauncher"]["type"] == "K8sRunLauncher"
     (deployment,) = values["dagster-user-deployments"]["deployments"]
     assert deployment["dagsterApiGrpcArgs"] == ["--module-name", "fm_assets.definitions"]
-    assert deployment["includeConfigInLaunchedRuns"]["enabled"] is True
+    # Run pods get their settings from the run launcher (tests/test_helm_values.py).
+    assert deployment["includeConfigInLaunchedRuns"]["enabled"] is False
     assert deployment["image"]["tag"] != "latest"
     env = {e["name"]: e["value"] for e in deployment["env"]}
     assert env["FM_OBJECT_STORE"].startswith("s3://") and env["RAY_ADDRESS"].startswith("ray://")
@@ -223,6 +228,7 @@ def test_helm_values_carry_the_instance_settings_and_no_credentials() -> None:
     assert secret_names.isdisjoint(env) and "RAY_AUTH_TOKEN" not in env
     assert {s["name"] for s in deployment["envSecrets"]} == {
         "fm-catalog",
+        "fm-dagster-pg",
         "fm-s3-credentials",
         "fm-ray-auth",
     }
