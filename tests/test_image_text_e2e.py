@@ -259,3 +259,27 @@ def test_a_batch_mixing_modalities_is_refused(landed: Landed, tmp_path: Path) ->
         ["land", str(text), "--source", "x", "--license", "CC0-1.0", "--modality", "image-text"],
     )
     assert wrong.exit_code != 0 and "notes.jsonl" in wrong.output
+
+
+def test_the_card_shows_the_images_kept_and_dropped(landed: Landed) -> None:
+    from fm_assets.storage.objectstore import open_object_store
+
+    s = landed.settings
+    store = open_object_store(s)
+    (key,) = [r["version_key"] for r in catalog.read_table(s, "dataset_versions").to_pylist()]
+    card = store.read_bytes(f"cards/{key}/dataset_card.md").decode()
+    assert "## Images" in card and "| 1:1 |" in card
+    for name in (
+        "kept_images.png",
+        "dropped_truncated_image.png",
+        "dropped_near_duplicate_image.png",
+    ):
+        assert f"]({name})" in card
+        sheet = Image.open(io.BytesIO(store.read_bytes(f"cards/{key}/{name}")))
+        assert sheet.format == "PNG" and sheet.width >= 160 and sheet.height >= 200
+    # The kept sheet shows real pictures: most of its pixels are not the white background.
+    kept = Image.open(io.BytesIO(store.read_bytes(f"cards/{key}/kept_images.png"))).convert("L")
+    histogram = kept.histogram()
+    assert sum(histogram[:250]) > 0.5 * sum(histogram)
+    assert "exact_duplicate_image" in card or "near_duplicate_image" in card
+    assert "| Near duplicates | pHash within 8 bits |" in card

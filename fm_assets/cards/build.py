@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fm_assets.cards.data import CardData, read_card_data
+from fm_assets.cards.image_text import image_card
 from fm_assets.cards.markdown import render_markdown
 from fm_assets.cards.plots import card_plots
 from fm_assets.settings import Settings
+from fm_assets.storage.landing import IMAGE_TEXT_MODALITY
 from fm_assets.storage.objectstore import ObjectStore
 from fm_assets.storage.revocations import require_revocation
 from fm_assets.versions.dataset_version import DatasetVersion
@@ -32,7 +34,7 @@ class DatasetCard:
 
     version_key: str
     markdown: str
-    plots: dict[str, bytes]  # file name -> SVG bytes, referenced by name from the Markdown
+    plots: dict[str, bytes]  # file name -> SVG (or PNG) bytes, referenced by the Markdown
     summary: dict[str, object]  # the card's figures, JSON-able, for asset metadata
 
 
@@ -54,8 +56,14 @@ def build_card(
         else json.loads(json.dumps(dict(contamination), sort_keys=True, default=str))
     )
     plots = card_plots(data)
+    images = image_card(settings, version) if version.modality == IMAGE_TEXT_MODALITY else None
+    if images is not None:
+        plots.update(images.files)
     summary = _summary(version, data, flagged, sorted(plots))
     markdown = render_markdown(version, data, flagged)
+    if images is not None:
+        summary["images"] = images.summary
+        markdown += "\n" + "\n".join(images.markdown)
     if revocations:
         listed = [json.loads(json.dumps(dict(r), default=str)) for r in revocations]
         summary["revocations"] = listed

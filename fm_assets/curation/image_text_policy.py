@@ -4,10 +4,11 @@ geometry and caption rules, near-duplicate distance, model scorers and their thr
 A source without an image-text entry gets the default image-text policy (`IMAGE_TEXT_POLICY`):
 DataComp's "basic filtering" (Gadre et al., 2023, section 3.4: English captions by fastText,
 here at lid.176 score >= 0.3, more than two words and five characters, the smaller image side
-over 200 pixels, aspect ratio under 3), boilerplate alt text dropped, pHash near-duplicates within Hamming distance 8 dropped,
-images re-encoded as JPEG (quality 90) with at most 512 pixels on the longer side, no model
-scorer (models are named by a local path, none ships with the platform). `none` opts out of
-every rule (dedup and decoding still apply). Where the numbers come from: docs/image_text.md.
+over 200 pixels, aspect ratio under 3), boilerplate alt text dropped, pHash near-duplicates
+within Hamming distance 8 dropped, images re-encoded as JPEG (quality 90) with at most 512
+pixels on the longer side, no model scorer (models are named by a local path, none ships with
+the platform). `none` opts out of every rule (dedup and decoding still apply). Where the
+numbers come from: docs/image_text.md.
 
 Image-text policies live in the same TOML file as text policies (`FM_POLICY_FILE`), under
 `image_text`, keyed by the batch's `source`:
