@@ -194,7 +194,7 @@ def _parts(runs: dict[str, list[Pass]], decoders: dict[str, float], n: int) -> l
         "OpenCV decode, area resize, OpenCV encode).",
         "",
         f"A less B (Arrow in and out, the stage's bookkeeping): "
-        f"{_ms(stage - functions, n)} CPU ms per image.",
+        f"{_ms(stage - functions, n).replace('-0.0', '0.0')} CPU ms per image.",
         "",
         "The JPEG decoders alone on every image, in the side venv (one pass, CPU ms per "
         "image): " + ", ".join(f"`{name}` {_ms(s, n)}" for name, s in decoders.items()) + ".",
