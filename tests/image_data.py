@@ -230,7 +230,7 @@ def pairs_table(rows: Sequence[dict[str, object]]) -> pa.Table:
                 "source_format": "JPEG",
                 "source_mode": "RGB",
                 "frames": 1,
-                "pixel_sha256": f"{i:064x}",
+                "pixel_hash": f"{i:064x}",
                 "phash": i,
                 **row,
             }

@@ -95,11 +95,13 @@ def test_pieces_cover_the_64_bits_and_find_every_hash_within_the_distance() -> N
     rng = random.Random(7)
     max_distance = 8
     index = ImageIndex(max_distance)
-    stored = []
-    for n in range(400):
-        value = rng.getrandbits(64) - (1 << 63)
-        stored.append(value)
-        index.add(f"{n:064x}", Kept(f"d{n}", "b", value))
+    stored = [rng.getrandbits(64) - (1 << 63) for _ in range(400)]
+    # Half as other batches' kept images (loaded), half as this batch's (added as kept).
+    index.load(
+        [f"{n:064x}" for n in range(200)], [Kept(f"d{n}", "b", stored[n]) for n in range(200)]
+    )
+    for n in range(200, 400):
+        index.add(f"{n:064x}", Kept(f"d{n}", "b", stored[n]))
     for n in range(300):
         base = stored[rng.randrange(len(stored))]
         flipped = base
@@ -118,11 +120,11 @@ def test_pieces_cover_the_64_bits_and_find_every_hash_within_the_distance() -> N
 def test_dedup_keeps_the_first_and_names_it_exact_before_near() -> None:
     batch = pairs_table(
         [
-            {"pixel_sha256": "a" * 64, "phash": 0b1111},
-            {"pixel_sha256": "a" * 64, "phash": 0b1111},  # the same pixels
-            {"pixel_sha256": "b" * 64, "phash": 0b1110},  # 1 bit from row 0
-            {"pixel_sha256": "c" * 64, "phash": 0b1111 ^ (0xFF << 20)},  # 8 bits: near
-            {"pixel_sha256": "d" * 64, "phash": 0b1111 ^ (0x1FF << 20)},  # 9 bits: kept
+            {"pixel_hash": "a" * 64, "phash": 0b1111},
+            {"pixel_hash": "a" * 64, "phash": 0b1111},  # the same pixels
+            {"pixel_hash": "b" * 64, "phash": 0b1110},  # 1 bit from row 0
+            {"pixel_hash": "c" * 64, "phash": 0b1111 ^ (0xFF << 20)},  # 8 bits: near
+            {"pixel_hash": "d" * 64, "phash": 0b1111 ^ (0x1FF << 20)},  # 9 bits: kept
         ]
     )
     result = ImageDedupStage(max_distance=8).process(batch)

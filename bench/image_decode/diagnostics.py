@@ -1,5 +1,5 @@
 """Where our time goes, beyond the per-call parts: the pieces inside `decode_image`,
-`resize_and_encode`, `phash` and `pixel_sha256`, and what other Pillow resize filters cost on
+`resize_and_encode`, `phash` and `pixel_hash`, and what other Pillow resize filters cost on
 the same decoded images. CPU seconds over all images, the median of a few passes; diagnostics,
 not the platform's path."""
 
@@ -93,7 +93,7 @@ def measure(images: list[bytes], policy: ResizePolicy, passes: int) -> dict[str,
         "phash: LANCZOS to 32x32": each(
             lambda g: g.resize((32, 32), Image.Resampling.LANCZOS), grey
         ),
-        "pixel_sha256: `tobytes`": each(lambda im: im.tobytes(), decoded),
-        "pixel_sha256: sha256 of the bytes": each(lambda p: hashlib.sha256(p).digest(), pixels),
+        "pixel_hash: `tobytes`": each(lambda im: im.tobytes(), decoded),
+        "pixel_hash: sha256 of the bytes": each(lambda p: hashlib.sha256(p).digest(), pixels),
     }
     return {name: cpu_seconds(fn, passes) for name, fn in pieces.items()}

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from bench.harness import timed
 from fm_assets.curation.images.decode import DecodedImage, decode_image
-from fm_assets.curation.images.hashing import phash, pixel_sha256
+from fm_assets.curation.images.hashing import phash, pixel_hash
 from fm_assets.curation.images.resize import ResizePolicy, resize_and_encode
 from fm_assets.stages.image_text.decode import DecodeStage
 
@@ -48,7 +48,7 @@ def stage_pass(table: pa.Table, policy: ResizePolicy) -> Pass:
 
 
 def functions_pass(images: list[bytes], policy: ResizePolicy) -> Pass:
-    parts = dict.fromkeys(("decode_image", "resize_and_encode", "phash", "pixel_sha256"), 0.0)
+    parts = dict.fromkeys(("decode_image", "resize_and_encode", "phash", "pixel_hash"), 0.0)
     sizes: list[tuple[int, int]] = []
     hashes: list[int] = []
     out_bytes = 0
@@ -64,12 +64,12 @@ def functions_pass(images: list[bytes], policy: ResizePolicy) -> Pass:
         t2 = clock()
         hashes.append(phash(decoded.image))
         t3 = clock()
-        pixel_sha256(decoded.image)
+        pixel_hash(decoded.image)
         t4 = clock()
         parts["decode_image"] += t1 - t0
         parts["resize_and_encode"] += t2 - t1
         parts["phash"] += t3 - t2
-        parts["pixel_sha256"] += t4 - t3
+        parts["pixel_hash"] += t4 - t3
         sizes.append((width, height))
         out_bytes += len(encoded)
     return Pass(time.perf_counter() - wall, clock() - cpu, parts, out_bytes, sizes, hashes)

@@ -69,7 +69,7 @@ def render(
         "64-bit pHash. A: `DecodeStage().process` on a `raw_pairs` table of the images "
         "(decode + validation, EXIF orientation, 8-bit RGB, resize + encode, pixel sha256, "
         "pHash, Arrow columns). B: `decode_image`, `resize_and_encode`, `phash`, "
-        "`pixel_sha256` in a loop, each call's CPU time taken. C: img2dataset 1.47's "
+        "`pixel_hash` in a loop, each call's CPU time taken. C: img2dataset 1.47's "
         "`Resizer(image_size=512, resize_mode='keep_ratio_largest', resize_only_if_bigger=True, "
         "downscale_interpolation='area', encode_format='jpg', encode_quality=90)` (OpenCV "
         "decode, albumentations `LongestMaxSize`, OpenCV encode; `skip_reencode` left at its "

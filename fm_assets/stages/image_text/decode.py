@@ -15,7 +15,7 @@ from typing import ClassVar
 import pyarrow as pa
 
 from fm_assets.curation.images.decode import DEFAULT_MAX_PIXELS, DecodedImage, decode_image
-from fm_assets.curation.images.hashing import phash, pixel_sha256
+from fm_assets.curation.images.hashing import phash, pixel_hash
 from fm_assets.curation.images.resize import ResizePolicy, resize_and_encode
 from fm_assets.stages.base import Stage, StageResult, split_kept
 from fm_assets.storage.image_text_schemas import PAIRS
@@ -30,7 +30,7 @@ IMAGE_COLUMNS = (
     "source_format",
     "source_mode",
     "frames",
-    "pixel_sha256",
+    "pixel_hash",
     "phash",
 )
 
@@ -74,7 +74,7 @@ class DecodeStage(Stage):
                     decoded.format,
                     decoded.source_mode,
                     decoded.frames,
-                    pixel_sha256(decoded.image),
+                    pixel_hash(decoded.image),
                     phash(decoded.image),
                 )
             for name, value in zip(IMAGE_COLUMNS, values, strict=True):
