@@ -250,6 +250,36 @@ def test_run_pods_run_as_their_own_account_without_a_token() -> None:
     }
 
 
+def _secret_refs(spec: dict[str, Any]) -> set[str]:
+    containers = [*spec.get("initContainers", []), *spec["containers"]]
+    found = {e["secretRef"]["name"] for c in containers for e in c.get("envFrom", [])}
+    found |= {
+        e["valueFrom"]["secretKeyRef"]["name"]
+        for c in containers
+        for e in c.get("env", [])
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
+    return found
+
+
+def test_ray_pods_hold_the_workers_s3_identity_and_dagster_the_control_planes() -> None:
+    """Ray workers parse untrusted input: their S3 identity creates data files and deletes
+    nothing (deploy/iam/); the head, which every Ray pod can reach with the cluster's token,
+    holds no more. Only Dagster's pods hold the keys that commit and delete."""
+    cluster = _kuberay("RayCluster")
+    ray_pods = {"head": _head_pod(cluster)}
+    for group in cluster["spec"]["workerGroupSpecs"]:
+        ray_pods[group["groupName"]] = _worker_pod(group)
+    for name, spec in ray_pods.items():
+        refs = _secret_refs(spec)
+        assert "fm-s3-worker-credentials" in refs and "fm-s3-credentials" not in refs, name
+    submitter = _kuberay("RayJob")["spec"]["submitterPodTemplate"]["spec"]
+    assert not {"fm-s3-credentials", "fm-s3-worker-credentials"} & _secret_refs(submitter)
+    run_pod = _secret_refs(_run_pod_spec())
+    assert "fm-s3-credentials" in run_pod and "fm-s3-worker-credentials" not in run_pod
+    assert "fm-s3-worker-credentials" not in (DEPLOY / "helm" / "values.yaml").read_text()
+
+
 def test_only_the_autoscaler_holds_the_heads_api_token() -> None:
     from ray.autoscaler._private.kuberay import node_provider
 
