@@ -224,15 +224,16 @@ def _every_pod() -> dict[str, dict[str, Any]]:
     for name, spec in helm_chart.pod_specs(_values()).items():
         pods[f"dagster {name}"] = spec
     pods["dagster run pod"] = _run_pod_spec()
-    for doc in _docs(DEPLOY / "k8s" / "ui-auth.yaml"):
-        if doc["kind"] == "Deployment":
-            pods[doc["metadata"]["name"]] = doc["spec"]["template"]["spec"]
+    for manifest in ("ui-auth.yaml", "metrics.yaml"):
+        for doc in _docs(DEPLOY / "k8s" / manifest):
+            if doc["kind"] == "Deployment":
+                pods[doc["metadata"]["name"]] = doc["spec"]["template"]["spec"]
     return pods
 
 
 def test_every_pod_the_platform_makes_passes_restricted() -> None:
     pods = _every_pod()
-    assert len(pods) == 8
+    assert len(pods) == 9
     failures = {name: violations(spec) for name, spec in pods.items()}
     assert {name: found for name, found in failures.items() if found} == {}
 
@@ -423,6 +424,9 @@ def test_network_policies_let_in_the_operator_and_the_proxy_only() -> None:
     proxy = policies["fm-ui-proxy-ingress"]
     assert _admits(proxy, "ingress-nginx", {}, 4180)
     assert not _admits(proxy, "fm", {}, 4180)
+    exporter = policies["fm-metrics-ingress"]
+    assert _admits(exporter, "monitoring", {}, 9464)
+    assert not _admits(exporter, "fm", {}, 9464)
 
 
 def test_ui_is_reached_through_the_authenticating_proxy() -> None:

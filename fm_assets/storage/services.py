@@ -19,7 +19,15 @@ from fm_assets.settings import Settings
 
 PROBE_TIMEOUT_S = 5.0
 # Environment variables whose values are credentials wherever they appear.
-SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID", "RAY_AUTH_TOKEN")
+SECRET_ENV = (
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "RAY_AUTH_TOKEN",
+    "FM_S3_WORKER_SECRET_ACCESS_KEY",
+    "FM_S3_WORKER_SESSION_TOKEN",
+    "FM_S3_WORKER_ACCESS_KEY_ID",
+)
 
 
 class ConfigurationError(RuntimeError):
