@@ -166,8 +166,10 @@ class PlatformCollector:
         failures = CounterMetricFamily(
             "fm_stage_failures", "Failed Dagster steps per stage", labels=["stage"]
         )
-        for stage, n in sorted(self.durations.failures.items()):
-            failures.add_metric([stage], n)
+        # Zero for every stage seen: a counter that first appears at 1 hides that failure
+        # from increase().
+        for stage in sorted(set(self.durations.buckets) | set(self.durations.failures)):
+            failures.add_metric([stage], self.durations.failures.get(stage, 0))
         yield from (by_status, oldest, histogram, failures)
 
     def _read_finished_runs(self, instance: Any) -> None:
