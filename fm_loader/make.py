@@ -6,20 +6,20 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Literal, overload
 
-from fm_loader.dataset import DEFAULT_SHUFFLE_WINDOW, FmDataset
-from fm_loader.mixture import MixtureArg, MixtureSpec
-from fm_loader.online import DEFAULT_DOCS_PER_PACK, OnlineDataset
-from fm_loader.packing import OnlineTokenizer
-from fm_loader.plan import resolve_world
-from fm_loader.provenance import refuse_namespaces, refuse_revoked
-from fm_loader.resolve import (
+from fm_loader.format.text_set import resolve_text_set
+from fm_loader.order.mixture import MixtureArg, MixtureSpec
+from fm_loader.order.plan import resolve_world
+from fm_loader.samples.packing import OnlineTokenizer
+from fm_loader.serving.dataset import DEFAULT_SHUFFLE_WINDOW, FmDataset
+from fm_loader.serving.online import DEFAULT_DOCS_PER_PACK, OnlineDataset
+from fm_loader.settings import CatalogLocation
+from fm_loader.sources.provenance import refuse_namespaces, refuse_revoked
+from fm_loader.sources.resolve import (
     check_compatible,
     location_of,
     resolve_shard_set,
     tokenizer_file_hash,
 )
-from fm_loader.settings import CatalogLocation
-from fm_loader.text_set import resolve_text_set
 
 
 @overload
@@ -141,8 +141,8 @@ def make_dataset(
     `tokenize_online=True` (fine-tunes whose tokenizer is the experiment): serve each version's
     curated text (its text set, `fm text export DATASET@vN`) tokenized here with `tokenizer`
     and packed on the fly into `seq_len` samples, `docs_per_pack` documents at a time; see
-    `fm_loader.online`. The same exactly-once, elastic, resumable contract, with a state that
-    pins the tokenizer's hash.
+    `fm_loader.serving.online`. The same exactly-once, elastic, resumable contract, with a
+    state that pins the tokenizer's hash.
     """
     spec = MixtureSpec.parse(source)
     rank, world_size = resolve_world(rank, world_size)

@@ -21,8 +21,9 @@ import torch
 
 from fm_assets.settings import Settings, load_settings
 from fm_assets.shards.writer import manifest_sha256
-from fm_loader import IGNORE_INDEX, FmDataset, collate, make_dataset, retry
-from fm_loader.manifest import MANIFEST_NAME
+from fm_loader import IGNORE_INDEX, FmDataset, collate, make_dataset
+from fm_loader.format.manifest import MANIFEST_NAME
+from fm_loader.storage import retry
 from tests.paths import NEOX_TOKENIZER
 from tests.shard_sets import PAD, Built, SetShape, build, sha, synthetic_docs
 
@@ -118,7 +119,7 @@ def test_collate_flattens_boundaries(tmp_path: Path) -> None:
 
 
 def test_malformed_sample_is_rejected() -> None:
-    from fm_loader.samples import build_sample
+    from fm_loader.samples.tokens import build_sample
 
     raw = {
         "input_ids": np.arange(8, dtype=np.uint16),

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-import fm_loader.fetch
+import fm_loader.storage.fetch
 from fm_assets.settings import Settings, load_settings
-from fm_loader import make_dataset, make_loader, prewarm, retry
-from fm_loader.cache_dir import CacheFull, cache_status, pin, set_quota, unpin
+from fm_loader import make_dataset, make_loader, prewarm
+from fm_loader.storage import retry
+from fm_loader.storage.cache_dir import CacheFull, cache_status, pin, set_quota, unpin
 from tests.paths import REPO
 from tests.services.flaky_proxy import FlakyProxy, flaky_proxy
 from tests.services.s3 import S3Server
@@ -246,7 +247,7 @@ def test_a_download_cut_short_keeps_its_verified_shards_and_resumes(
     uri = store.upload(built, "resume")
     cache = tmp_path / "cache"
     copies = 0
-    real_copy = fm_loader.fetch.copy_remote_file
+    real_copy = fm_loader.storage.fetch.copy_remote_file
     lock = threading.Lock()
 
     def copy_then_cut(*args: object) -> tuple[str, int]:
@@ -258,10 +259,10 @@ def test_a_download_cut_short_keeps_its_verified_shards_and_resumes(
             raise retry.StorageUnavailable("store unavailable: failed 6 times; rerun")
         return real_copy(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(fm_loader.fetch, "copy_remote_file", copy_then_cut)
+    monkeypatch.setattr(fm_loader.storage.fetch, "copy_remote_file", copy_then_cut)
     with pytest.raises(retry.StorageUnavailable):
         prewarm(uri, cache_dir=cache, settings=store.settings)
-    monkeypatch.setattr(fm_loader.fetch, "copy_remote_file", real_copy)
+    monkeypatch.setattr(fm_loader.storage.fetch, "copy_remote_file", real_copy)
     (status,) = cache_status(cache)
     assert not status.complete and 0 < status.shards_present < status.shards_total
     entry = cache / status.manifest_sha256

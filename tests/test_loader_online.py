@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 
 from fm_assets.shards.text_export import write_text_set
 from fm_loader import make_dataset, make_loader, merge_states
-from fm_loader.online import OnlineDataset
+from fm_loader.serving.online import OnlineDataset
 from tests.paths import LLAMA_TOKENIZER, NEOX_TOKENIZER, WGET_WARC, WGET_WARC_2
 from tests.shard_sets import warc_texts
 

@@ -27,7 +27,7 @@ from bench.loader.readers import (
 )
 from bench.loader.sets import THROUGHPUT
 from fm_loader import make_dataset
-from fm_loader.blocks import Block
+from fm_loader.samples.tokens import Block
 
 ProfileRows = list[tuple[str, int, float, float]]  # function, calls, own s, cumulative s
 Profiles = dict[str, tuple[int, float, ProfileRows]]  # name: (samples, seconds, rows)
@@ -51,7 +51,7 @@ def per_sample_with_block(block: int, n: int) -> float:
     Sets the module's private `_SAMPLES_PER_BLOCK` (read at each `__iter__`) for this call
     only: a diagnostic for the lead, not an API.
     """
-    import fm_loader.dataset as fm_dataset
+    import fm_loader.serving.dataset as fm_dataset
 
     original = fm_dataset._SAMPLES_PER_BLOCK
     fm_dataset._SAMPLES_PER_BLOCK = block

@@ -21,8 +21,8 @@ from bench.loader.readers import BATCH, SEED, UPSTREAM_SEED, batch_len
 from bench.loader.sets import THROUGHPUT
 from bench.loader.upstream import close_upstream
 from fm_loader import make_dataset, make_loader
-from fm_loader.transport import BatchSlots, batch_fields
-from fm_loader.workers import WorkerPool
+from fm_loader.serving.transport import BatchSlots, batch_fields
+from fm_loader.serving.workers import WorkerPool
 
 WORKERS = (0, 1, 2)
 

@@ -24,12 +24,12 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from fm_loader.cache import EntryPin, Layout, is_remote, open_cached
-from fm_loader.fetch import CacheUse, RemoteShards, remote_manifest_sha256
-from fm_loader.manifest import ShardInfo, local_directory
-from fm_loader.mapped import OFFSET_PAIR, MappedShards
-from fm_loader.resolve import VERSION_KEY, catalog_rows
+from fm_loader.format.manifest import ShardInfo, local_directory
+from fm_loader.format.mapped import OFFSET_PAIR, MappedShards
 from fm_loader.settings import CatalogLocation, load_loader_settings
+from fm_loader.sources.resolve import VERSION_KEY, catalog_rows
+from fm_loader.storage.cache import EntryPin, Layout, is_remote, open_cached
+from fm_loader.storage.fetch import CacheUse, RemoteShards, remote_manifest_sha256
 
 TEXT_MANIFEST_NAME = "fm_text_manifest.json"
 TEXT_FORMAT_VERSION = 1

@@ -3,17 +3,17 @@
     dataset = make_dataset("chat@v2", tokenizer="experiment.json", seq_len=4096,
                            tokenize_online=True)
 
-The plan is the shard sets' plan with documents in place of samples (`fm_loader.mixture`,
-`fm_loader.plan`): one epoch is a global stream of documents, mixed per position by the quota
-method and shuffled in windows. The stream is cut into pack groups of `docs_per_pack`
-consecutive positions; a group is the unit placed on ranks and workers, tokenized and packed
-(best-fit-decreasing, `fm_loader.packing`) by the worker that serves it, so no process tokenizes
-anything twice. Groups not yet consumed are dealt round-robin to ranks (rank r takes the r-th,
-(r+W)-th, ... of them) and a rank's groups round-robin to its workers.
+The plan is the shard sets' plan with documents in place of samples (`fm_loader.order.mixture`,
+`fm_loader.order.plan`): one epoch is a global stream of documents, mixed per position by the quota
+method and shuffled in windows. The stream is cut into pack groups of `docs_per_pack` consecutive
+positions; a group is the unit placed on ranks and workers, tokenized and packed
+(best-fit-decreasing, `fm_loader.samples.packing`) by the worker that serves it, so no process
+tokenizes anything twice. Groups not yet consumed are dealt round-robin to ranks (rank r takes the
+r-th, (r+W)-th, ... of them) and a rank's groups round-robin to its workers.
 
 A sample is identified by (pack_group, pack_index); every sample carries both and its group's
 sample count (`pack_size`), and the state records which groups were consumed
-(`fm_loader.online_state`), so a checkpoint taken anywhere, with any world size or worker
+(`fm_loader.order.pack_state`), so a checkpoint taken anywhere, with any world size or worker
 count, resumes without serving a sample twice or skipping one. Samples have the same layout as
 a shard set's (`input_ids`, `labels`, `loss_mask`, `position_ids`, `cu_seqlens`, `doc_ids`);
 `source` is the source of a sample's first document (a packed sample may mix sources), and
@@ -30,9 +30,9 @@ import numpy as np
 import numpy.typing as npt
 import torch.utils.data
 
-from fm_loader.blocks import Block, RawBlock
-from fm_loader.mixture import MixtureSpec, ScheduleCursor
-from fm_loader.online_state import (
+from fm_loader.format.text_set import ResolvedTextSet, TextShards
+from fm_loader.order.mixture import MixtureSpec, ScheduleCursor
+from fm_loader.order.pack_state import (
     ONLINE_FORMAT_VERSION,
     ONLINE_PLAN_VERSION,
     ONLINE_STATE_KIND,
@@ -41,10 +41,10 @@ from fm_loader.online_state import (
     merge_states,
     with_consumption,
 )
-from fm_loader.open_sets import OpenSets
-from fm_loader.packing import OnlineTokenizer, pack, sample_arrays
-from fm_loader.plan import placement_batch_size
-from fm_loader.text_set import ResolvedTextSet, TextShards
+from fm_loader.order.plan import placement_batch_size
+from fm_loader.samples.packing import OnlineTokenizer, pack, sample_arrays
+from fm_loader.samples.tokens import Block, RawBlock
+from fm_loader.serving.open_sets import OpenSets
 
 Sample = dict[str, Any]
 Batch = dict[str, Any]

@@ -9,15 +9,15 @@ import numpy as np
 import numpy.typing as npt
 import torch.utils.data
 
-from fm_loader.blocks import Block, BlockError, RawBlock
-from fm_loader.manifest import ShardSetManifest
-from fm_loader.mixture import MixtureSpec, ScheduleCursor
-from fm_loader.open_sets import OpenSets
-from fm_loader.plan import placement_batch_size, rank_positions, worker_serves
-from fm_loader.provenance import RunRegistry, check_run_id
-from fm_loader.resolve import ResolvedShardSet, check_same_layout, location_of
-from fm_loader.shards import ShardSet
-from fm_loader.state import PLAN_VERSION, STATE_FORMAT_VERSION, LoaderState
+from fm_loader.format.manifest import ShardSetManifest
+from fm_loader.format.shard_set import ShardSet
+from fm_loader.order.mixture import MixtureSpec, ScheduleCursor
+from fm_loader.order.plan import placement_batch_size, rank_positions, worker_serves
+from fm_loader.order.state import PLAN_VERSION, STATE_FORMAT_VERSION, LoaderState
+from fm_loader.samples.tokens import Block, BlockError, RawBlock
+from fm_loader.serving.open_sets import OpenSets
+from fm_loader.sources.provenance import RunRegistry, check_run_id
+from fm_loader.sources.resolve import ResolvedShardSet, check_same_layout, location_of
 
 Sample = dict[str, Any]
 Batch = dict[str, Any]
@@ -207,7 +207,7 @@ class FmDataset(torch.utils.data.IterableDataset[Sample], OpenSets[ShardSet]):
         return SampleCounter(self)
 
     def state_dict(self, consumed_samples: int | None = None) -> dict[str, Any]:
-        """The global stream position as a plain dict (see `fm_loader.state.LoaderState`).
+        """The global stream position as a plain dict (see `fm_loader.order.state.LoaderState`).
 
         `consumed_samples`: samples this rank's trainer consumed since the last `set_epoch` /
         `load_state_dict`. Leave it out when iterating this object directly (it counts what it

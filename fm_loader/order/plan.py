@@ -7,7 +7,7 @@ Order inside one source, per pass over it (one pass = every sample once):
 A reader therefore only ever needs the few shards under one window, and finding the sample at
 any running index costs O(shards + window), never O(samples).
 
-Placement of the global stream (see `fm_loader.mixture` for which source each position is):
+Placement of the global stream (see `fm_loader.order.mixture` for which source each position is):
 resuming at global position G0 with world size W, rank r serves positions G0 + r + k*W for
 k = 0, 1, ...; a DataLoader worker w of n serves the rank's k-th sample when
 (k // chunk) % n == w, chunk being the batch size, so a DataLoader that takes whole batches from

@@ -7,12 +7,12 @@
         fm_manifest.json                            written last: the set is complete
 
 A set is downloaded by one process at a time (an exclusive flock on its entry directory; see
-`fm_loader.cache_dir` for the locks, the quota and eviction); every other trainer or pre-warm of
-the same set waits for it and then reads the same copy. Each shard is written under a hidden
-temporary name and renamed into place only after its sha256 and size matched the manifest, so no
-partial file is ever visible, and a download cut short keeps the shards it finished: the next one
-fetches only what is missing. The entry's name is the hash of the manifest the catalog pinned, and
-a rebuilt set has a new manifest, so a stale copy is never served. Shards are read in place and
+`fm_loader.storage.cache_dir` for the locks, the quota and eviction); every other trainer or
+pre-warm of the same set waits for it and then reads the same copy. Each shard is written under a
+hidden temporary name and renamed into place only after its sha256 and size matched the manifest, so
+no partial file is ever visible, and a download cut short keeps the shards it finished: the next one
+fetches only what is missing. The entry's name is the hash of the manifest the catalog pinned, and a
+rebuilt set has a new manifest, so a stale copy is never served. Shards are read in place and
 re-verified when a process first maps them, as local sets are.
 """
 
@@ -30,16 +30,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fm_loader.cache_dir import (
+from fm_loader.format.manifest import INDEX_NAME, MANIFEST_NAME, ShardInfo, ShardSetManifest
+from fm_loader.format.shard_set import REBUILD_HINT
+from fm_loader.storage.cache_dir import (
     ENTRY_INFO_NAME,
     default_cache_dir,
     locked,
     make_room,
 )
-from fm_loader.fetch import CacheUse, RemoteShards, file_sha256
-from fm_loader.manifest import INDEX_NAME, MANIFEST_NAME, ShardInfo, ShardSetManifest
-from fm_loader.retry import StorageUnavailable
-from fm_loader.shards import REBUILD_HINT
+from fm_loader.storage.fetch import CacheUse, RemoteShards, file_sha256
+from fm_loader.storage.retry import StorageUnavailable
 
 __all__ = ["default_cache_dir"]
 

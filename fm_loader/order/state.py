@@ -15,7 +15,7 @@ STATE_FORMAT_VERSION = 2
 PLAN_VERSION = "quota-window-v1"  # bump when the order or placement algorithm changes
 
 # What fixes a mixture's stream, of shard sets or of text tokenized in the loader
-# (`fm_loader.online_state`): a loader restores a state only if all of these are equal.
+# (`fm_loader.order.pack_state`): a loader restores a state only if all of these are equal.
 STREAM_PINNED = (
     "plan_version",
     "sources",

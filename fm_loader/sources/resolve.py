@@ -2,8 +2,8 @@
 
 Version keys are looked up read-only in the Iceberg table `<namespace>.shard_sets`; a version may
 have several shard sets (one per tokenizer x seq_len), and `seq_len` / tokenizer pick one. A set
-published on S3 is served from the node-local cache (`fm_loader.cache`), keyed by the manifest
-hash the catalog pinned.
+published on S3 is served from the node-local cache (`fm_loader.storage.cache`), keyed by the
+manifest hash the catalog pinned.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fm_loader.cache import EntryPin, is_remote, open_cached
-from fm_loader.fetch import CacheUse, RemoteShards, remote_manifest_sha256
-from fm_loader.manifest import (
+from fm_loader.format.manifest import (
     ShardSetManifest,
     local_directory,
     read_manifest_bytes,
     schema_fingerprint,
 )
-from fm_loader.remote import iceberg_s3_properties
 from fm_loader.settings import CatalogLocation, load_loader_settings
+from fm_loader.storage.cache import EntryPin, is_remote, open_cached
+from fm_loader.storage.fetch import CacheUse, RemoteShards, remote_manifest_sha256
+from fm_loader.storage.remote import iceberg_s3_properties
 
 VERSION_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*@v[0-9]+")
 SHARD_SET_KEY = re.compile(r"(?P<version>[A-Za-z0-9][A-Za-z0-9_.\-]*@v[0-9]+)/[0-9a-f]{12}-s[0-9]+")

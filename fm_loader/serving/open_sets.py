@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from fm_loader.mapped import MappedShards, VerifiedTable
-from fm_loader.plan import SourceOrder
+from fm_loader.format.mapped import MappedShards, VerifiedTable
+from fm_loader.order.plan import SourceOrder
 
 if TYPE_CHECKING:
-    from fm_loader.cache import EntryPin
-    from fm_loader.fetch import CacheUse
+    from fm_loader.storage.cache import EntryPin
+    from fm_loader.storage.fetch import CacheUse
 
 SetT = TypeVar("SetT", bound=MappedShards)
 
@@ -52,7 +52,7 @@ class OpenSets(Generic[SetT]):
         self.cache_uses = [r.cache_use for r in resolved if r.cache_use is not None]
 
     def _source_orders(self, seed: int, epoch: int, window: int) -> list[SourceOrder]:
-        """Each source's sample order this epoch (`fm_loader.plan`)."""
+        """Each source's sample order this epoch (`fm_loader.order.plan`)."""
         return [
             SourceOrder(
                 [s.samples for s in shards.shards],

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from fm_loader.state import STREAM_PINNED, pinned_mismatches
+from fm_loader.order.state import STREAM_PINNED, pinned_mismatches
 
 ONLINE_STATE_KIND = "online-pack"
 ONLINE_FORMAT_VERSION = 1

@@ -2,7 +2,7 @@
 
 The base of `ShardSet` (packed token samples) and `TextShards` (documents' text): index.json is
 checked against the set's manifest at construction, and a shard of a cached set that fails its
-checksum is fetched again once (`fm_loader.fetch.RemoteShards`) before the loader gives up.
+checksum is fetched again once (`fm_loader.storage.fetch.RemoteShards`) before the loader gives up.
 
 A loader's worker processes share what they verified (`VerifiedTable`): the first process to
 hash a shard records the file's identity (inode, size, mtime), and another one mapping the same
@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fm_loader.manifest import INDEX_NAME, ShardInfo
+from fm_loader.format.manifest import INDEX_NAME, ShardInfo
 
 if TYPE_CHECKING:
     import torch
 
-    from fm_loader.fetch import RemoteShards
+    from fm_loader.storage.fetch import RemoteShards
 
 OFFSET_PAIR = struct.Struct("<II")  # MDS: consecutive uint32 sample offsets / column sizes
 

@@ -6,8 +6,8 @@
     loader.load_state_dict(checkpoint["data"])   # any world size, any worker count
 
 Each worker process builds whole batches (the dataset's placement gives worker w every n-th
-batch of the rank) and hands them over through shared memory (`fm_loader.workers`,
-`fm_loader.transport`: one reused buffer per batch slot, never a pickled array or a file
+batch of the rank) and hands them over through shared memory (`fm_loader.serving.workers`,
+`fm_loader.serving.transport`: one reused buffer per batch slot, never a pickled array or a file
 descriptor per tensor); the trainer takes them round-robin, so it sees the rank's stream in
 order. Without workers a background thread builds them. Either way up to `prefetch_batches`
 batches are built ahead; the time the trainer waits for the next one is the data stall `metrics`
@@ -25,18 +25,18 @@ from typing import Any
 
 import torch
 
-from fm_loader.blocks import as_tensors
-from fm_loader.dataset import FmDataset
-from fm_loader.mapped import VerifiedTable
-from fm_loader.metrics import LoaderMetrics
-from fm_loader.online import OnlineDataset
-from fm_loader.transport import (
+from fm_loader.format.mapped import VerifiedTable
+from fm_loader.samples.tokens import as_tensors
+from fm_loader.serving.dataset import FmDataset
+from fm_loader.serving.metrics import LoaderMetrics
+from fm_loader.serving.online import OnlineDataset
+from fm_loader.serving.transport import (
     BatchSlots,
     batch_fields,
     pinned_memory_available,
     start_method_context,
 )
-from fm_loader.workers import WorkerPool
+from fm_loader.serving.workers import WorkerPool
 
 Batch = dict[str, Any]
 Served = FmDataset | OnlineDataset  # shard sets, or text tokenized in the loader
