@@ -1,21 +1,26 @@
-"""The loader's checkpoint state: a frozen, versioned record of the global stream position.
+"""The loader's checkpoint states: frozen, versioned records of where a job stands in a stream.
 
 Ranks advance in lockstep, so the state of any one rank describes all of them: the global
 position (samples consumed by the whole job this epoch) and each source's count at that position.
 It holds no rank, world size or worker count: a job of any shape can load it (elastic resume).
 Everything that fixes the stream itself is pinned and must match the loader exactly.
+
+`StreamState` is what every state shares (a dataset tokenized in the loader keeps its own,
+`fm_loader.order.pack_state`): the plain-dict form a checkpoint holds, the validation of such a
+dict (exact fields, each of its type), and the comparison of the pinned values on restore.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 STATE_FORMAT_VERSION = 2
 PLAN_VERSION = "quota-window-v1"  # bump when the order or placement algorithm changes
 
-# What fixes a mixture's stream, of shard sets or of text tokenized in the loader
-# (`fm_loader.order.pack_state`): a loader restores a state only if all of these are equal.
+# What fixes a mixture's stream, of shard sets or of text tokenized in the loader: a loader
+# restores a state only if all of these are equal.
 STREAM_PINNED = (
     "plan_version",
     "sources",
@@ -27,12 +32,59 @@ STREAM_PINNED = (
     "seed",
     "shuffle_window",
 )
-PINNED = (*STREAM_PINNED, "schema_fingerprint")
+
+S = TypeVar("S", bound="StreamState")
 
 
 @dataclass(frozen=True)
-class LoaderState:
+class StreamState:
+    """The shared behaviour of the frozen state dataclasses."""
+
+    PINNED: ClassVar[tuple[str, ...]]  # the fields a restore must find equal
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict (tuples become lists) for torch.save / json checkpoints."""
+        return {k: _plain(v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def checked(cls: type[S], state: dict[str, Any]) -> S:
+        """The state of a dict read from a checkpoint: exactly this format's fields, each of its
+        type (non-negative ints, strings, lists of them); raises ValueError naming the field."""
+        expected = {f.name for f in fields(cls)}
+        if set(state) != expected:
+            raise ValueError(
+                f"loader state fields {sorted(state)} do not match format {sorted(expected)}"
+            )
+        values = {f.name: _typed(f.name, str(f.type), state[f.name]) for f in fields(cls)}
+        return cls(**values)
+
+    def mismatches(self, other: StreamState) -> list[str]:
+        """`name: checkpoint has X, this loader Y` for each pinned value that differs."""
+        return [
+            f"{name}: checkpoint has {_show(getattr(other, name))}, "
+            f"this loader {_show(getattr(self, name))}"
+            for name in self.PINNED
+            if getattr(self, name) != getattr(other, name)
+        ]
+
+    def refuse_unless_same_stream(self, theirs: StreamState) -> None:
+        """Raise ValueError naming every pinned value `theirs` (a checkpoint) has otherwise."""
+        problems = self.mismatches(theirs)
+        if problems:
+            raise ValueError(
+                "loader state does not match this dataset: "
+                + "; ".join(problems)
+                + ". Resume with what the checkpoint was taken on (sources and their content, "
+                "mixture, tokenizer, seq_len, seed and the other values named), or start a "
+                "fresh epoch with set_epoch()"
+            )
+
+
+@dataclass(frozen=True)
+class LoaderState(StreamState):
     """Where the job stands in the sample stream of one mixture of shard sets."""
+
+    PINNED: ClassVar[tuple[str, ...]] = (*STREAM_PINNED, "schema_fingerprint")
 
     format_version: int
     plan_version: str
@@ -49,10 +101,6 @@ class LoaderState:
     position: int  # global samples consumed this epoch, by all ranks together
     source_counts: tuple[int, ...]  # samples of each source among those `position`
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict (tuples become lists) for torch.save / json checkpoints."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-
     @classmethod
     def from_dict(cls, state: dict[str, Any]) -> LoaderState:
         """Validate a state dict (e.g. from a checkpoint); unknown versions and fields raise."""
@@ -62,41 +110,46 @@ class LoaderState:
                 f"unsupported loader state format_version {version!r}; this loader reads "
                 f"version {STATE_FORMAT_VERSION}"
             )
-        expected = {f.name for f in fields(cls)}
-        if set(state) != expected:
-            raise ValueError(
-                f"loader state fields {sorted(state)} do not match format {sorted(expected)}"
-            )
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            value = state[f.name]
-            if f.type == "int":
-                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                    raise ValueError(f"loader state field {f.name!r} must be a non-negative int")
-            elif f.type == "str":
-                if not isinstance(value, str):
-                    raise ValueError(f"loader state field {f.name!r} must be a string")
-            else:
-                if not isinstance(value, list | tuple):
-                    raise ValueError(f"loader state field {f.name!r} must be a list")
-                value = tuple(value)
-            values[f.name] = value
-        return cls(**values)
-
-    def mismatches(self, other: LoaderState) -> list[str]:
-        """Human-readable differences in the pinned values between two states."""
-        return pinned_mismatches(PINNED, self, other)
+        return cls.checked(state)
 
 
-def pinned_mismatches(names: tuple[str, ...], ours: object, theirs: object) -> list[str]:
-    """`name: checkpoint has X, this loader Y` for each of `names` whose values differ."""
-    return [
-        f"{name}: checkpoint has {_show(getattr(theirs, name))}, "
-        f"this loader {_show(getattr(ours, name))}"
-        for name in names
-        if getattr(ours, name) != getattr(theirs, name)
-    ]
+def _typed(name: str, type_name: str, value: Any) -> Any:
+    """`value` as field `name` of type `type_name` holds it (lists become tuples)."""
+    if type_name == "int":
+        if not _count(value):
+            raise ValueError(f"loader state field {name!r} must be a non-negative int")
+        return value
+    if type_name == "str":
+        if not isinstance(value, str):
+            raise ValueError(f"loader state field {name!r} must be a string")
+        return value
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"loader state field {name!r} must be a list")
+    what, item = _ITEMS[type_name]
+    if not all(item(v) for v in value):
+        raise ValueError(f"loader state field {name!r} must be a list of {what}")
+    return tuple(tuple(v) if isinstance(v, list | tuple) else v for v in value)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _pair(value: Any) -> bool:
+    return isinstance(value, list | tuple) and len(value) == 2 and all(_count(v) for v in value)
+
+
+# A list field's annotation -> what its items are, and the test of one.
+_ITEMS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "tuple[str, ...]": ("strings", lambda v: isinstance(v, str)),
+    "tuple[int, ...]": ("non-negative ints", _count),
+    "tuple[tuple[int, int], ...]": ("pairs of non-negative ints", _pair),
+}
+
+
+def _plain(value: Any) -> Any:
+    return [_plain(v) for v in value] if isinstance(value, tuple | list) else value
 
 
 def _show(value: Any) -> str:
-    return repr(list(value)) if isinstance(value, tuple) else repr(value)
+    return repr(_plain(value))
