@@ -26,11 +26,12 @@ if TYPE_CHECKING:
         schema_fingerprint,
     )
     from fm_loader.make import make_dataset
+    from fm_loader.options import LoaderOptions
     from fm_loader.order.mixture import Epochs, MixtureSpec
     from fm_loader.order.pack_state import merge_states
     from fm_loader.order.state import LoaderState
-    from fm_loader.samples.collate import collate
-    from fm_loader.samples.tokens import IGNORE_INDEX
+    from fm_loader.samples.token_blocks import IGNORE_INDEX
+    from fm_loader.samples.tokens import collate
     from fm_loader.serving.dataset import FmDataset
     from fm_loader.serving.loader import FmLoader, make_loader
     from fm_loader.serving.metrics import LoaderMetrics
@@ -40,25 +41,26 @@ if TYPE_CHECKING:
 
 # Public name -> the module defining it.
 _PUBLIC = {
-    "IGNORE_INDEX": "fm_loader.samples.tokens",
+    "IGNORE_INDEX": "fm_loader.samples.token_blocks",
     "MANIFEST_FORMAT_VERSION": "fm_loader.format.manifest",
     "Epochs": "fm_loader.order.mixture",
     "FmDataset": "fm_loader.serving.dataset",
     "FmLoader": "fm_loader.serving.loader",
     "LoaderMetrics": "fm_loader.serving.metrics",
+    "LoaderOptions": "fm_loader.options",
     "LoaderState": "fm_loader.order.state",
     "MixtureSpec": "fm_loader.order.mixture",
+    "OnlineDataset": "fm_loader.serving.online",
+    "ProbeReport": "fm_loader.serving.stall",
     "ShardInfo": "fm_loader.format.manifest",
     "ShardSetManifest": "fm_loader.format.manifest",
-    "collate": "fm_loader.samples.collate",
+    "collate": "fm_loader.samples.tokens",
     "make_dataset": "fm_loader.make",
     "make_loader": "fm_loader.serving.loader",
-    "prewarm": "fm_loader.sources.warmup",
-    "merge_states": "fm_loader.order.pack_state",
-    "OnlineDataset": "fm_loader.serving.online",
-    "probe": "fm_loader.serving.stall",
-    "ProbeReport": "fm_loader.serving.stall",
     "mds_columns": "fm_loader.format.manifest",
+    "merge_states": "fm_loader.order.pack_state",
+    "prewarm": "fm_loader.sources.warmup",
+    "probe": "fm_loader.serving.stall",
     "read_manifest": "fm_loader.format.manifest",
     "schema_fingerprint": "fm_loader.format.manifest",
 }
@@ -70,6 +72,7 @@ __all__ = [
     "FmDataset",
     "FmLoader",
     "LoaderMetrics",
+    "LoaderOptions",
     "LoaderState",
     "MixtureSpec",
     "OnlineDataset",

@@ -21,7 +21,8 @@ from bench.loader.readers import BATCH, SEED, UPSTREAM_SEED, batch_len
 from bench.loader.sets import THROUGHPUT
 from bench.loader.upstream import close_upstream
 from fm_loader import make_dataset, make_loader
-from fm_loader.serving.transport import BatchSlots, batch_fields
+from fm_loader.samples.tokens import TokenSamples
+from fm_loader.serving.transport import BatchSlots
 from fm_loader.serving.workers import WorkerPool
 
 WORKERS = (0, 1, 2)
@@ -130,7 +131,12 @@ def slots_transfer(template: dict[str, Any], batches: int) -> float:
     """Samples/s two of our workers hand over when each batch is a copy of `template`."""
     context = multiprocessing.get_context()
     slots = BatchSlots(
-        batch_fields(BATCH, THROUGHPUT.seq_len), 2, 2, context, lend=2, tail_bytes=64 << 10
+        TokenSamples(THROUGHPUT.seq_len).slot_fields(BATCH),
+        2,
+        2,
+        context,
+        lend=2,
+        tail_bytes=64 << 10,
     )
     pool = WorkerPool(PrebuiltBatches(template, batches), slots, 2, context, None)
     try:

@@ -62,7 +62,8 @@ def prewarm(key: str, cache_dir: str | None, seq_len: int | None, tokenizer: str
     """
     from fm_assets.defs.materialize import add_partitions, materialize, shard_set_partition
     from fm_assets.defs.partitions import dataset_versions, shard_configs
-    from fm_loader.sources.resolve import SHARD_SET_KEY, shard_set_locations, tokenizer_file_hash
+    from fm_loader.sources.catalog import SHARD_SET_KEY, shard_set_locations
+    from fm_loader.sources.resolve import tokenizer_file_hash
     from fm_loader.sources.warmup import warm
 
     settings = load_settings()
@@ -124,7 +125,7 @@ def status(cache_dir: str | None) -> None:
 
 def _digests(key: str) -> list[tuple[str, str]]:
     """(shard set key, manifest sha256) of every set KEY names."""
-    from fm_loader.sources.resolve import shard_set_locations
+    from fm_loader.sources.catalog import shard_set_locations
 
     return [
         (loc.shard_set_key, loc.manifest_sha256)

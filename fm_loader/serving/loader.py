@@ -26,20 +26,14 @@ from typing import Any
 import torch
 
 from fm_loader.format.mapped import VerifiedTable
-from fm_loader.samples.tokens import as_tensors
-from fm_loader.serving.dataset import FmDataset
+from fm_loader.samples.token_blocks import as_tensors
 from fm_loader.serving.metrics import LoaderMetrics
-from fm_loader.serving.online import OnlineDataset
-from fm_loader.serving.transport import (
-    BatchSlots,
-    batch_fields,
-    pinned_memory_available,
-    start_method_context,
-)
+from fm_loader.serving.stream import StreamDataset
+from fm_loader.serving.transport import BatchSlots, pinned_memory_available, start_method_context
 from fm_loader.serving.workers import WorkerPool
 
 Batch = dict[str, Any]
-Served = FmDataset | OnlineDataset  # shard sets, or text tokenized in the loader
+Served = StreamDataset[Any]  # shard sets, or text tokenized in the loader
 _DONE = object()
 
 
@@ -102,11 +96,7 @@ class FmLoader:
             raise RuntimeError("worker context missing")
         # Fresh slots each epoch: workers of an abandoned epoch may still hold old ones.
         slots = BatchSlots(
-            batch_fields(
-                self.batch_size,
-                self.dataset.seq_len,
-                getattr(self.dataset, "extra_columns", ()),
-            ),
+            self.dataset.slot_fields(self.batch_size),
             self.num_workers,
             self._ahead,
             self._context,

@@ -38,7 +38,6 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,45 +45,11 @@ import numpy.typing as npt
 import torch
 import torch.multiprocessing  # registers the file-descriptor sharing of tensors for spawn
 
+from fm_loader.samples.kind import Field
+
 _ALIGN = 64
 _HEADER = 64  # bytes: int64 status, int64 tail length
 BATCH, END, FAILED, TAIL_IN_PIPE = 0, 1, 2, 3
-
-
-@dataclass(frozen=True)
-class Field:
-    """One array of a batch: its dtype and the largest shape it can take."""
-
-    dtype: str
-    max_shape: tuple[int, ...]
-
-    @property
-    def itemsize(self) -> int:
-        return np.dtype(self.dtype).itemsize
-
-    @property
-    def max_bytes(self) -> int:
-        return math.prod(self.max_shape) * self.itemsize
-
-
-def batch_fields(batch_size: int, seq_len: int, extra: tuple[str, ...] = ()) -> dict[str, Field]:
-    """The arrays of a `Block.batch_arrays()` batch (plus int64 [B] columns `extra`).
-
-    cu_seqlens holds at most one boundary per position plus the leading 0.
-    """
-    rows = (batch_size, seq_len)
-    fields = {
-        "input_ids": Field("int64", rows),
-        "labels": Field("int64", rows),
-        "position_ids": Field("int64", rows),
-        "loss_mask": Field("bool", rows),
-        "cu_seqlens": Field("int32", (batch_size * seq_len + 1,)),
-        "sample_index": Field("int64", (batch_size,)),
-        "num_tokens": Field("int64", (batch_size,)),
-        "source": Field("int64", (batch_size,)),
-    }
-    fields.update({name: Field("int64", (batch_size,)) for name in extra})
-    return fields
 
 
 class WorkerGone(RuntimeError):

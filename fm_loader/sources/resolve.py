@@ -1,56 +1,51 @@
-"""From what a trainer names ("web@v1" or a directory) to one verified, compatible shard set.
+"""From what a trainer names to open, checked sets: one resolution for every kind of set.
 
-Version keys are looked up read-only in the Iceberg table `<namespace>.shard_sets`; a version may
-have several shard sets (one per tokenizer x seq_len), and `seq_len` / tokenizer pick one. A set
-published on S3 is served from the node-local cache (`fm_loader.storage.cache`), keyed by the
-manifest hash the catalog pinned.
+A source is a version key ("web@v3": its set registered in the catalog, `fm_loader.sources.
+catalog`), an `s3://` URI (pinned by the manifest published there now) or a local directory /
+file:// URI. A set published on S3 is served from the node-local cache (`fm_loader.storage.
+cache`), in the entry named by the manifest hash that pins it; a local one is read in place.
+Either way the manifest read must hash to the pinned value. Then the startup checks: a shard
+set must match the trainer's seq_len, tokenizer and schema, and no set may be revoked or hold a
+data namespace the job may not read.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from fm_loader.format.manifest import (
+    SHARD_SETS,
     ShardSetManifest,
     local_directory,
-    read_manifest_bytes,
     schema_fingerprint,
 )
+from fm_loader.format.set_format import SetFormat, SetManifest
+from fm_loader.format.text_set import TEXT_SETS, TextSetManifest
+from fm_loader.options import LoaderOptions
 from fm_loader.settings import CatalogLocation, load_loader_settings
+from fm_loader.sources.catalog import VERSION_KEY, Location, published_set
+from fm_loader.sources.provenance import refuse_namespaces, refuse_revoked
 from fm_loader.storage.cache import EntryPin, is_remote, open_cached
 from fm_loader.storage.fetch import CacheUse, RemoteShards, remote_manifest_sha256
-from fm_loader.storage.remote import iceberg_s3_properties
 
-VERSION_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*@v[0-9]+")
-SHARD_SET_KEY = re.compile(r"(?P<version>[A-Za-z0-9][A-Za-z0-9_.\-]*@v[0-9]+)/[0-9a-f]{12}-s[0-9]+")
-BUILD_HINT = "build it with `fm shards build {version} --tokenizer PATH --seq-len N`"
+M = TypeVar("M", bound=SetManifest)
 
 
 @dataclass(frozen=True)
-class ResolvedShardSet:
-    """A shard set located, its manifest read, and the manifest's bytes hashed."""
+class ResolvedSet(Generic[M]):
+    """A set located (in place, or complete in the node cache), its manifest read and hashed."""
 
     source: str  # what the caller asked for
     directory: Path  # local: the set itself, or its cache entry when it is published remotely
-    manifest: ShardSetManifest
+    manifest: M
     manifest_sha256: str
     remote: RemoteShards | None = None  # where `directory` was downloaded from, if cached
     pin: EntryPin | None = None  # holds the cache entry open (no eviction) while in use
     cache_use: CacheUse | None = None  # what opening the cached copy cost
-
-
-@dataclass(frozen=True)
-class Location:
-    """Where one registered (or named) set is published, and the manifest hash pinning it."""
-
-    shard_set_key: str
-    uri: str
-    manifest_sha256: str
 
 
 def tokenizer_file_hash(path: str | Path) -> str:
@@ -58,190 +53,129 @@ def tokenizer_file_hash(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def resolve_shard_set(
+def resolve_set(
     source: str,
+    set_format: SetFormat[M],
     *,
-    seq_len: int | None = None,
-    tokenizer_hash: str | None = None,
     settings: CatalogLocation | None = None,
     cache_dir: Path | None = None,
-) -> ResolvedShardSet:
-    """Locate a shard set by version key (through the catalog) or by directory / file:// URI.
-
-    A version whose set is published on S3 is downloaded once into `cache_dir` (default
-    `~/.cache/fm_loader`), reaching the store at `settings.s3_endpoint`.
-    """
-    remote = None
-    cached = None
+    seq_len: int | None = None,
+    tokenizer_hash: str | None = None,
+) -> ResolvedSet[M]:
+    """Locate a set of `set_format` by version key (through the catalog; `seq_len` and
+    `tokenizer_hash` choose among a version's shard sets), `s3://` URI, or directory / file://
+    URI. A remote set is downloaded once into `cache_dir` (default `~/.cache/fm_loader`),
+    reaching the store at `settings.s3_endpoint`."""
+    pinned: Location | None = None
     if VERSION_KEY.fullmatch(source):
         settings = settings or load_loader_settings()
-        row = _select_row(source, catalog_rows(source, settings), seq_len, tokenizer_hash)
-        if is_remote(row["uri"]):
-            cached = open_cached(
-                row["uri"],
-                row["manifest_sha256"],
-                cache_dir=cache_dir,
-                s3_endpoint=settings.s3_endpoint,
-            )
-            directory = cached.directory
-            remote = RemoteShards(row["uri"], directory, settings.s3_endpoint)
-        else:
-            directory = local_directory(row["uri"])
-        data = read_manifest_bytes(directory)
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != row["manifest_sha256"]:
-            raise ValueError(
-                f"the manifest of {row['shard_set_key']} at {row['uri']} has sha256 {digest}, "
-                f"but the catalog registered {row['manifest_sha256']}: the shard set changed "
-                f"after it was registered; {BUILD_HINT.format(version=source)}"
-            )
-        manifest = ShardSetManifest.from_json(data.decode("utf-8"))
-        if manifest.source_version != source:
-            raise ValueError(
-                f"catalog row for {source} points at {row['uri']}, whose manifest says it was "
-                f"built from {manifest.source_version}; {BUILD_HINT.format(version=source)}"
-            )
+        pinned = published_set(
+            source, set_format, settings, seq_len=seq_len, tokenizer_hash=tokenizer_hash
+        )
+        uri, digest = pinned.uri, pinned.manifest_sha256
+    elif is_remote(source):
+        # Named by location, the set is pinned by the manifest published now; the cache entry is
+        # keyed by that hash, so a later rebuild can never be mixed with this copy.
+        settings = settings or load_loader_settings()
+        uri = source
+        digest = remote_manifest_sha256(source, settings.s3_endpoint, set_format.manifest_name)
     else:
-        if is_remote(source):
-            # Named by location, the set is pinned by the manifest published now; the cache
-            # entry is keyed by that hash, so a later rebuild can never be mixed with this copy.
-            settings = settings or load_loader_settings()
-            digest = remote_manifest_sha256(source, settings.s3_endpoint)
-            cached = open_cached(
-                source, digest, cache_dir=cache_dir, s3_endpoint=settings.s3_endpoint
-            )
-            directory = cached.directory
-            remote = RemoteShards(source, directory, settings.s3_endpoint)
-        else:
-            directory = local_directory(source)
-        data = read_manifest_bytes(directory)
-        manifest = ShardSetManifest.from_json(data.decode("utf-8"))
-    return ResolvedShardSet(
+        uri, digest = source, None
+    remote = cached = None
+    if is_remote(uri):
+        endpoint = settings.s3_endpoint if settings is not None else None
+        cached = open_cached(
+            uri, str(digest), cache_dir=cache_dir, s3_endpoint=endpoint, set_format=set_format
+        )
+        directory = cached.directory
+        remote = RemoteShards(uri, directory, endpoint, set_format.manifest_name)
+    else:
+        directory = local_directory(uri)
+    data = _manifest_bytes(directory, set_format)
+    found = hashlib.sha256(data).hexdigest()
+    if pinned is not None and found != pinned.manifest_sha256:
+        raise ValueError(
+            f"the manifest of {pinned.shard_set_key} at {uri} has sha256 {found}, but the "
+            f"catalog registered {pinned.manifest_sha256}: the {set_format.noun} changed after "
+            f"it was registered; {set_format.hint(source)}"
+        )
+    manifest = set_format.parse(data)
+    if pinned is not None and manifest.source_version != source:
+        raise ValueError(
+            f"catalog row for {source} points at {uri}, whose manifest says it was built from "
+            f"{manifest.source_version}; {set_format.hint(source)}"
+        )
+    return ResolvedSet(
         source=source,
         directory=directory,
         manifest=manifest,
-        manifest_sha256=hashlib.sha256(data).hexdigest(),
+        manifest_sha256=found,
         remote=remote,
         pin=cached.pin if cached is not None else None,
         cache_use=cached.use if cached is not None else None,
     )
 
 
-def shard_set_locations(
-    source: str,
-    *,
-    seq_len: int | None = None,
-    tokenizer_hash: str | None = None,
-    settings: CatalogLocation | None = None,
-) -> list[Location]:
-    """Every shard set `source` names: a version key (each of its latest shard sets matching
-    seq_len / tokenizer), a shard-set key (`web@v3/<tokenizer[:12]>-s<seq_len>`) or a URI."""
-    match = SHARD_SET_KEY.fullmatch(source)
-    if match or VERSION_KEY.fullmatch(source):
-        version = match["version"] if match else source
-        settings = settings or load_loader_settings()
-        latest = _latest_rows(version, catalog_rows(version, settings))
-        chosen = [
-            row
-            for row in latest.values()
-            if (not match or row["shard_set_key"] == source)
-            and _matches(row, seq_len, tokenizer_hash)
-        ]
-        if not chosen:
-            available = "; ".join(_describe(r) for r in sorted(latest.values(), key=_describe))
-            raise ValueError(f"no shard set {source} matches; available: {available}")
-        return [
-            Location(r["shard_set_key"], r["uri"], r["manifest_sha256"])
-            for r in sorted(chosen, key=lambda r: str(r["shard_set_key"]))
-        ]
-    if is_remote(source):
-        settings = settings or load_loader_settings()
-        digest = remote_manifest_sha256(source, settings.s3_endpoint)
-        return [Location(source, source, digest)]
-    data = read_manifest_bytes(local_directory(source))
-    key = ShardSetManifest.from_json(data.decode("utf-8")).shard_set_key
-    return [Location(key, source, hashlib.sha256(data).hexdigest())]
-
-
-def catalog_rows(
-    version_key: str, settings: CatalogLocation, table_name: str = "shard_sets"
-) -> list[dict[str, Any]]:
-    """Rows of `shard_sets` (or `text_sets`) for one version, read-only; [] when the catalog or
-    the table is absent."""
-    sqlite_path = settings.catalog_uri.removeprefix("sqlite:///")
-    if sqlite_path != settings.catalog_uri and not Path(sqlite_path).exists():
-        # SqlCatalog would create an empty database file: a loader must not write.
-        return []
-    from pyiceberg.catalog.sql import SqlCatalog
-    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-    from pyiceberg.expressions import EqualTo
-
-    properties = {
-        "uri": settings.catalog_uri,
-        "warehouse": settings.warehouse,
-        "init_catalog_tables": "false",  # read-only: never create the catalog's own tables
-    }
-    if settings.s3_endpoint:
-        # Same FileIO settings as the platform's writers (a warehouse on an S3-compatible store).
-        properties |= iceberg_s3_properties(settings.s3_endpoint)
-    catalog = SqlCatalog(settings.catalog_name, **properties)
-    try:
-        table = catalog.load_table(f"{settings.namespace}.{table_name}")
-    except (NoSuchTableError, NoSuchNamespaceError):
-        return []
-    # mypy reads EqualTo's pydantic fields, not its positional __init__.
-    scan = table.scan(row_filter=EqualTo("version_key", version_key))  # type: ignore[call-arg,arg-type]
-    rows: list[dict[str, Any]] = scan.to_arrow().to_pylist()
-    return rows
-
-
-def _describe(row: dict[str, Any]) -> str:
-    return f"{row['shard_set_key']} (seq_len={row['seq_len']}, tokenizer={row['tokenizer_hash']})"
-
-
-def _latest_rows(version_key: str, rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """A version's catalog rows by shard-set key; refuses a version with none."""
-    if not rows:
-        raise ValueError(
-            f"unknown dataset version {version_key}: no shard set is registered for it; "
-            + BUILD_HINT.format(version=version_key)
+def open_shard_sets(
+    keys: Sequence[str], options: LoaderOptions
+) -> list[ResolvedSet[ShardSetManifest]]:
+    """The shard sets of a mixture's sources, each resolved, checked against what the trainer
+    asked for (seq_len, tokenizer, expected hashes) and readable by this job."""
+    tokenizer_hash = tokenizer_file_hash(options.tokenizer) if options.tokenizer else None
+    opened = []
+    for key in keys:
+        one = resolve_set(
+            key,
+            SHARD_SETS,
+            settings=options.settings,
+            cache_dir=options.cache_path,
+            seq_len=options.seq_len,
+            tokenizer_hash=tokenizer_hash or options.expected_tokenizer_hash,
         )
-    # A rebuilt shard set appends a new row under the same key: the latest registration wins.
-    latest: dict[str, dict[str, Any]] = {}
-    for row in sorted(rows, key=lambda r: r["created_at"]):
-        latest[row["shard_set_key"]] = row
-    return latest
-
-
-def _matches(row: dict[str, Any], seq_len: int | None, tokenizer_hash: str | None) -> bool:
-    return (seq_len is None or row["seq_len"] == seq_len) and (
-        tokenizer_hash is None or row["tokenizer_hash"] == tokenizer_hash
-    )
-
-
-def _select_row(
-    version_key: str,
-    rows: list[dict[str, Any]],
-    seq_len: int | None,
-    tokenizer_hash: str | None,
-) -> dict[str, Any]:
-    """Pick the one shard set of a version matching seq_len / tokenizer, or say how to choose."""
-    latest = _latest_rows(version_key, rows)
-    candidates = [row for row in latest.values() if _matches(row, seq_len, tokenizer_hash)]
-    available = "; ".join(_describe(r) for r in sorted(latest.values(), key=_describe))
-    if not candidates:
-        raise ValueError(
-            f"no shard set of {version_key} matches seq_len={seq_len}, "
-            f"tokenizer hash={tokenizer_hash}. Available: {available}. Pass a matching "
-            f"seq_len= / tokenizer=, or {BUILD_HINT.format(version=version_key)}"
+        check_compatible(
+            one.manifest,
+            seq_len=options.seq_len,
+            tokenizer_hash=tokenizer_hash,
+            expected_tokenizer_hash=options.expected_tokenizer_hash,
+            expected_schema_fingerprint=options.expected_schema_fingerprint,
         )
-    if len(candidates) > 1:
-        raise ValueError(
-            f"{version_key} has {len(candidates)} shard sets matching seq_len={seq_len}, "
-            f"tokenizer hash={tokenizer_hash}: {available}. Choose one with seq_len= and/or "
-            "tokenizer= (a tokenizer.json path)"
+        opened.append(check_readable(one, options))
+    return opened
+
+
+def open_text_sets(
+    keys: Sequence[str], options: LoaderOptions
+) -> list[ResolvedSet[TextSetManifest]]:
+    """The text sets of a mixture's sources (to tokenize in the loader), readable by this job."""
+    return [
+        check_readable(
+            resolve_set(key, TEXT_SETS, settings=options.settings, cache_dir=options.cache_path),
+            options,
         )
-    return candidates[0]
+        for key in keys
+    ]
+
+
+def check_readable(resolved: ResolvedSet[M], options: LoaderOptions) -> ResolvedSet[M]:
+    """Refuse a set the platform revoked (unless `allow_revoked`) or holding a data namespace
+    outside the job's `namespaces`; the set, when it may be read."""
+    location, endpoint = location_of(resolved)
+    if not options.allow_revoked:
+        refuse_revoked(resolved.source, resolved.manifest.set_key, location, endpoint)
+    if options.namespaces is not None:
+        refuse_namespaces(resolved.source, location, options.namespaces, endpoint)
+    return resolved
+
+
+def _manifest_bytes(directory: Path, set_format: SetFormat[Any]) -> bytes:
+    """The bytes of the manifest that completes the set at `directory` (written last)."""
+    path = directory / set_format.manifest_name
+    if not path.is_file():
+        raise ValueError(
+            f"{directory} is not a complete {set_format.noun}: {set_format.manifest_name} is "
+            f"missing (written last); {set_format.hint('DATASET@vN')}"
+        )
+    return path.read_bytes()
 
 
 def check_compatible(
@@ -254,7 +188,7 @@ def check_compatible(
 ) -> None:
     """Refuse a shard set this trainer or this loader version cannot serve correctly."""
     where = f"shard set {manifest.shard_set_key}"
-    rebuild = BUILD_HINT.format(version=manifest.source_version)
+    rebuild = SHARD_SETS.hint(manifest.source_version)
     ours = schema_fingerprint(manifest.seq_len, manifest.token_dtype)
     if manifest.schema_fingerprint != ours:
         raise ValueError(
@@ -288,15 +222,15 @@ def check_compatible(
         )
 
 
-def location_of(resolved: ResolvedShardSet) -> tuple[str, str | None]:
-    """Where a shard set is published (its remote URI when served from the cache) and the S3
+def location_of(resolved: ResolvedSet[Any]) -> tuple[str, str | None]:
+    """Where a set is published (its remote URI when served from the cache) and the S3
     endpoint reaching it."""
     if resolved.remote is not None:
         return resolved.remote.uri, resolved.remote.s3_endpoint
     return str(resolved.directory), None
 
 
-def check_same_layout(resolved: Sequence[ResolvedShardSet]) -> None:
+def check_same_layout(resolved: Sequence[ResolvedSet[ShardSetManifest]]) -> None:
     """Mixed sources must share tokenizer, seq_len and schema: samples are stacked together."""
     first = resolved[0].manifest
     for other in resolved[1:]:

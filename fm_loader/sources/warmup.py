@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fm_loader.settings import CatalogLocation, load_loader_settings
-from fm_loader.sources.resolve import Location, shard_set_locations, tokenizer_file_hash
+from fm_loader.sources.catalog import Location, shard_set_locations
+from fm_loader.sources.resolve import tokenizer_file_hash
 from fm_loader.storage.cache import is_remote, open_cached
 from fm_loader.storage.cache_dir import default_cache_dir
 
