@@ -9,16 +9,16 @@ Each worker process builds whole batches (the dataset's placement gives worker w
 batch of the rank) and hands them over through shared memory (`fm_loader.serving.workers`,
 `fm_loader.serving.transport`: one reused buffer per batch slot, never a pickled array or a file
 descriptor per tensor); the trainer takes them round-robin, so it sees the rank's stream in
-order. Without workers a background thread builds them. Either way up to `prefetch_batches`
-batches are built ahead; the time the trainer waits for the next one is the data stall `metrics`
-reports. The loader counts the samples it handed over: that count is what `state_dict` reports.
+order. Without workers the trainer's own thread builds a batch when it asks, and a background
+thread builds ahead while the trainer idles between batches (`fm_loader.serving.prefetch`). Up
+to `prefetch_batches` batches are built ahead; the time the trainer waits for the next one is
+the data stall `metrics` reports. The loader counts the samples it handed over: that count is
+what `state_dict` reports.
 """
 
 from __future__ import annotations
 
 import multiprocessing.context
-import queue
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,13 +28,13 @@ import torch
 from fm_loader.format.mapped import VerifiedTable
 from fm_loader.samples.token_blocks import as_tensors
 from fm_loader.serving.metrics import LoaderMetrics
+from fm_loader.serving.prefetch import Prefetcher
 from fm_loader.serving.stream import StreamDataset
 from fm_loader.serving.transport import BatchSlots, pinned_memory_available, start_method_context
 from fm_loader.serving.workers import WorkerPool
 
 Batch = dict[str, Any]
 Served = StreamDataset[Any]  # shard sets, or text tokenized in the loader
-_DONE = object()
 
 
 class FmLoader:
@@ -114,31 +114,26 @@ class FmLoader:
             pool.close()
 
     def _in_process(self) -> Iterator[Batch]:
-        """Without workers a prefetch thread builds the batches: the trainer's thread only waits."""
-        ready: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch_batches)
-        stop = threading.Event()
-        producer = threading.Thread(
-            target=_produce, args=(self.dataset, self.pin_memory, ready, stop), daemon=True
-        )
-        producer.start()
+        """Without workers the trainer's thread builds each batch when it asks, unless a
+        background thread built it ahead while the trainer was idle (`fm_loader.serving.
+        prefetch`)."""
+        prefetcher = Prefetcher(_built(self.dataset, self.pin_memory), self.prefetch_batches)
         try:
             while True:
-                depth = ready.qsize()
+                depth = prefetcher.depth
                 started = time.perf_counter()
-                item = ready.get()
-                if item is _DONE:
+                batch = prefetcher.next()
+                if batch is None:
                     self.metrics.record_wait(time.perf_counter() - started, depth)
                     return
-                if isinstance(item, BaseException):
-                    raise item
-                batch = self._hand_over(item)
-                # The hand-over is the loader's work done on the trainer's thread (and it
-                # contends with the prefetch thread for the GIL): it counts as waiting.
+                batch = self._hand_over(batch)
+                # Building the batch (or waiting for the thread building it) and handing it
+                # over are the loader's work on the trainer's thread: the trainer waits.
                 self.metrics.record_wait(time.perf_counter() - started, depth)
+                prefetcher.handed_over()
                 yield batch
         finally:
-            stop.set()
-            producer.join(timeout=30)
+            prefetcher.close()
 
     def _hand_over(self, batch: Batch) -> Batch:
         """Count a batch as consumed as it is handed to the trainer (what state_dict reports)."""
@@ -165,34 +160,16 @@ class FmLoader:
         self._tracker = self.dataset.tracker()
 
 
-def _produce(
-    dataset: Served, pin_memory: bool, ready: queue.Queue[Any], stop: threading.Event
-) -> None:
-    """Build the rank's batches into `ready` until the epoch ends, fails, or we are stopped."""
-    try:
-        for arrays in dataset.batch_stream(0, 1, arrays=True):
-            arrays["shard_fetch_s"] = dataset.take_fetch_latencies()
-            arrays["shard_refetch_bytes"] = dataset.take_refetched_bytes()
-            batch = as_tensors(arrays)
-            if pin_memory:
-                batch = {k: v.pin_memory() if torch.is_tensor(v) else v for k, v in batch.items()}
-            _put(ready, batch, stop)
-            if stop.is_set():
-                return
-        item: Any = _DONE
-    except BaseException as exc:  # handed to the consumer, which raises it in its own thread
-        item = exc
-    _put(ready, item, stop)
-
-
-def _put(ready: queue.Queue[Any], item: Any, stop: threading.Event) -> None:
-    """Put `item` into `ready` once there is room, unless we are stopped first."""
-    while not stop.is_set():
-        try:
-            ready.put(item, timeout=0.1)
-            return
-        except queue.Full:
-            continue
+def _built(dataset: Served, pin_memory: bool) -> Iterator[Batch]:
+    """The rank's batches as tensors, with the shard fetches each one cost."""
+    for arrays in dataset.batch_stream(0, 1, arrays=True):
+        arrays["shard_fetch_s"] = dataset.take_fetch_latencies()
+        arrays["shard_refetch_bytes"] = dataset.take_refetched_bytes()
+        arrays["real_tokens"] = int(arrays["num_tokens"].sum())
+        batch = as_tensors(arrays)
+        if pin_memory:
+            batch = {k: v.pin_memory() if torch.is_tensor(v) else v for k, v in batch.items()}
+        yield batch
 
 
 def _placement_batch_size(dataset: Served, batch_size: int | None) -> int:
