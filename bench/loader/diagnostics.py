@@ -263,8 +263,10 @@ def section(
         f"{sample:.0%}.",
         f"3. **Batch path:** `batch_stream` bare gives {stream_rate:,.0f} samples/s, "
         f"`make_loader(num_workers=0)` {loader_rate:,.0f} ({loader_rate1:,.0f} with one torch "
-        "thread): without workers the loader's prefetch thread builds batches itself, so the "
-        "difference is the thread hand-off.",
+        "thread): without workers the trainer's thread builds each batch (a background thread "
+        "builds ahead only while the trainer idles, which this loop never does), so the "
+        "difference is the loader's own work per batch: counting it for the checkpoint, the "
+        "metrics and the tensors' hand-over.",
         f"4. **num_workers=2:** {workers2:,.0f} samples/s against {workers0:,.0f} with none. "
         f"Moving copies of one prebuilt batch out of 2 workers, no reading: {tensor_rate:,.0f} "
         "samples/s as torch tensors (one shared-memory block per tensor, passed by file "
