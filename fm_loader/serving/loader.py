@@ -118,19 +118,21 @@ class FmLoader:
         background thread built it ahead while the trainer was idle (`fm_loader.serving.
         prefetch`)."""
         prefetcher = Prefetcher(_built(self.dataset, self.pin_memory), self.prefetch_batches)
+        clock = time.perf_counter
         try:
             while True:
-                depth = prefetcher.depth
-                started = time.perf_counter()
-                batch = prefetcher.next()
+                depth = len(prefetcher)
+                started = clock()
+                batch = prefetcher.next(started)
                 if batch is None:
-                    self.metrics.record_wait(time.perf_counter() - started, depth)
+                    self.metrics.record_wait(clock() - started, depth)
                     return
                 batch = self._hand_over(batch)
                 # Building the batch (or waiting for the thread building it) and handing it
                 # over are the loader's work on the trainer's thread: the trainer waits.
-                self.metrics.record_wait(time.perf_counter() - started, depth)
-                prefetcher.handed_over()
+                handed = clock()
+                self.metrics.record_wait(handed - started, depth)
+                prefetcher.handed_over(handed)
                 yield batch
         finally:
             prefetcher.close()
@@ -138,12 +140,13 @@ class FmLoader:
     def _hand_over(self, batch: Batch) -> Batch:
         """Count a batch as consumed as it is handed to the trainer (what state_dict reports)."""
         fetches = batch.pop("shard_fetch_s")
-        self.metrics.record_refetch(batch.pop("shard_refetch_bytes"))
-        samples = len(batch["sample_index"])
+        refetched = batch.pop("shard_refetch_bytes")
+        if refetched:
+            self.metrics.record_refetch(refetched)
         tokens = batch.pop("real_tokens", None)
         if tokens is None:
             tokens = int(batch["num_tokens"].sum())
-        self.metrics.record_batch(samples, tokens, fetches)
+        self.metrics.record_batch(batch["sample_index"].shape[0], tokens, fetches)
         self._tracker.add(batch)
         return batch
 

@@ -6,9 +6,10 @@ them in its own thread. So the trainer's thread builds the next batch itself whe
 none is ready. A background thread builds ahead only while the trainer's thread is idle between
 batches (waiting on its accelerator, on I/O, asleep), the time in which a prefetch hides a
 build: the wall time from handing a batch over to the next request, less the CPU time the
-trainer's thread spent in it. Once the recent steps' idle time covers a good share of a build
-(`AHEAD_SHARE`), each hand-over wakes the thread to fill up to `depth` batches; when it no
-longer does, the thread stops and the trainer builds again.
+trainer's thread spent in it (read only after a step long enough to matter: a loop that only
+takes batches pays two clock reads per batch). Once the median idle time of the recent steps
+covers a good share of a build (`AHEAD_SHARE`), each hand-over wakes the thread to fill up to
+`depth` batches; when it no longer does, the thread stops and the trainer builds again.
 
 Batches come out in stream order whoever builds them: one lock guards the stream, and batches
 built ahead wait in a FIFO the trainer empties (without that lock: a build may be stuck in a
@@ -18,7 +19,6 @@ nothing ready is waited for (the wait shows as stall, as any other).
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from collections import deque
@@ -46,53 +46,40 @@ class Prefetcher:
         self._ready: deque[Any] = deque()  # built ahead, in order: batches, _END, an exception
         self._ended = False  # the stream gave its last batch, or raised
         self._wake = threading.Condition()
-        self._away_since: tuple[float, float] | None = None  # (wall, thread CPU) at hand-over
+        self._left_at: float | None = None  # when the trainer took its last batch
+        self._left_cpu: float | None = None  # its thread's CPU time then (if it was measured)
+        self._watch_cpu = True  # measure CPU time away: the last step was long enough to matter
         self._idle: deque[float] = deque(maxlen=HISTORY)
         self._build_s: deque[float] = deque(maxlen=HISTORY)
         self._ahead = False  # building ahead pays: the trainer idles between batches
         self._stopped = False
         self._thread: threading.Thread | None = None
 
-    @property
-    def depth(self) -> int:
+    def __len__(self) -> int:
         """Batches built ahead, ready now."""
         return len(self._ready)
 
-    @property
-    def building_ahead(self) -> bool:
-        return self._ahead
-
-    def next(self) -> Batch | None:
-        """The next batch, None after the last; raises what building it raised."""
-        if self._away_since is not None:
-            wall, cpu = self._away_since
-            away = time.perf_counter() - wall
-            self._idle.append(max(0.0, away - (time.thread_time() - cpu)))
-            idle = statistics.median(self._idle)
-            self._ahead = idle >= MIN_IDLE_S and idle >= AHEAD_SHARE * statistics.median(
-                self._build_s or [0.0]
-            )
-            self._away_since = None  # the trainer is back: nothing more is started ahead
-        item = self._take()
+    def next(self, now: float) -> Batch | None:
+        """The next batch, None after the last; raises what building it raised. `now`: the
+        trainer's `time.perf_counter()` as it asked."""
+        if self._left_at is not None:
+            self._back(now - self._left_at)
+        ready = self._ready
+        # Only the trainer takes from `ready`: not empty now, it is not empty when taken. A
+        # batch built ahead is taken without the stream's lock: a build of a later batch may
+        # be stuck in a slow fetch.
+        item = ready.popleft() if ready else self._take_or_build()
+        if item is _END:
+            return None
         if isinstance(item, BaseException):
             raise item
-        return None if item is _END else item
+        return item  # type: ignore[no-any-return]
 
-    def _take(self) -> Any:
-        """A batch built ahead (without waiting for a build in progress: the thread may be stuck
-        in a slow fetch), else the next one, built here once the build in progress is done."""
-        while True:
-            try:
-                return self._ready.popleft()
-            except IndexError:
-                pass
-            with self._lock:  # the thread appends only while holding it: it comes first
-                if not self._ready:
-                    return self._build(in_background=False)
-
-    def handed_over(self) -> None:
-        """The trainer has its batch and goes back to its step: build ahead if that pays."""
-        self._away_since = (time.perf_counter(), time.thread_time())
+    def handed_over(self, now: float) -> None:
+        """The trainer has its batch (at `now`) and goes back to its step: build ahead if that
+        pays."""
+        self._left_at = now
+        self._left_cpu = time.thread_time() if self._watch_cpu else None
         if self._ahead and not self._ended and len(self._ready) < self._depth:
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -102,6 +89,38 @@ class Prefetcher:
             with self._wake:
                 self._wake.notify()
 
+    def _back(self, away: float) -> None:
+        """The trainer is back after `away` seconds: note how long its thread idled."""
+        self._left_at = None  # nothing more is started ahead
+        if away < MIN_IDLE_S:  # too short to use, whatever the thread did
+            self._watch_cpu = False
+            self._idle.append(away)
+            if self._ahead:
+                self._decide()
+            return  # a short step cannot turn building ahead on: the median cannot rise
+        self._watch_cpu = True
+        if self._left_cpu is not None:  # else unknown: the step before was short
+            self._idle.append(away - (time.thread_time() - self._left_cpu))
+            self._decide()
+
+    def _decide(self) -> None:
+        idle = sorted(self._idle)[len(self._idle) // 2]
+        build = sorted(self._build_s)[len(self._build_s) // 2] if self._build_s else 0.0
+        self._ahead = idle >= MIN_IDLE_S and idle >= AHEAD_SHARE * build
+
+    def _take_or_build(self) -> Any:
+        """The next batch once the build in progress (if any) is done: it comes first."""
+        with self._lock:  # the thread appends only while holding it
+            return self._ready.popleft() if self._ready else self._build(in_background=False)
+
+    def _wanted(self) -> bool:
+        return (
+            self._left_at is not None
+            and self._ahead
+            and not self._ended
+            and len(self._ready) < self._depth
+        )
+
     def close(self) -> None:
         """Stop the background thread (after the build it is in, if any)."""
         with self._wake:
@@ -109,14 +128,6 @@ class Prefetcher:
             self._wake.notify()
         if self._thread is not None:
             self._thread.join(timeout=_JOIN_S)
-
-    def _wanted(self) -> bool:
-        return (
-            self._away_since is not None
-            and self._ahead
-            and not self._ended
-            and len(self._ready) < self._depth
-        )
 
     def _run(self) -> None:
         while True:

@@ -192,15 +192,18 @@ class StreamDataset(torch.utils.data.IterableDataset[Sample], Generic[SetT]):
         """Shard map+verify(+refetch) times recorded in this process since the last call."""
         out: list[float] = []
         for shards in self._sets:
-            out.extend(shards.fetch_latencies)
-            shards.fetch_latencies.clear()
+            if shards.fetch_latencies:  # rarely: once per shard and process
+                out += shards.fetch_latencies
+                shards.fetch_latencies.clear()
         return out
 
     def take_refetched_bytes(self) -> int:
         """Bytes of cached shards fetched again in this process since the last call."""
-        total = sum(s.refetched_bytes for s in self._sets)
+        total = 0
         for shards in self._sets:
-            shards.refetched_bytes = 0
+            if shards.refetched_bytes:
+                total += shards.refetched_bytes
+                shards.refetched_bytes = 0
         return total
 
     def verification_table(self) -> VerifiedTable:
