@@ -4,7 +4,8 @@ starting the workers and our first-use sha256 of every shard each worker maps ar
 what moving a batch out of two workers costs on its own through our slots. Our fastest
 in-process path, the dataset's own `batch_stream()` with no loader around it, runs in the same
 rotation: `make_loader(num_workers=0)` is compared with it, and 2 workers with the faster of
-the two in-process paths."""
+the two in-process paths. So is the ceiling of 2 workers on this machine: 2 processes building
+exactly the batches the 2 workers build, at once, with no hand-over and no trainer."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from fm_loader.serving.workers import WorkerPool
 
 WORKERS = (0, 1, 2)
 IN_PROCESS = "ours, in-process `batch_stream()`"
+CEILING = "2 processes building the 2 workers' batches, no hand-over"
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,46 @@ def upstream(workers: int, samples: int) -> Run:
     return result
 
 
+def _build_share(worker: int, samples: int, ready: Any, start: Any, done: Any) -> None:
+    """In a child process: worker `worker` of 2's batches, its first one before `start`."""
+    dataset = make_dataset(
+        str(THROUGHPUT.directory), rank=0, world_size=1, seed=SEED, batch_size=BATCH
+    )
+    batches = dataset.batch_stream(worker, 2)
+    got = batch_len(next(batches))
+    ready.put(worker)
+    start.wait()
+    for batch in batches:
+        got += batch_len(batch)
+        if got >= samples // 2:
+            break
+    done.put(time.perf_counter())
+
+
+def two_builders(samples: int) -> Run:
+    """2 processes each building what worker w of 2 would (fork), from opening the set; the
+    clock of the steady part starts when both have their first batch."""
+    context = multiprocessing.get_context("fork")
+    ready, done, start = context.Queue(), context.Queue(), context.Event()
+    cpu = tree_cpu_seconds()
+    started = time.perf_counter()
+    children = [
+        context.Process(target=_build_share, args=(w, samples, ready, start, done))
+        for w in range(2)
+    ]
+    for child in children:
+        child.start()
+    for _ in children:
+        ready.get()
+    first = time.perf_counter()
+    start.set()
+    ends = [done.get() for _ in children]
+    cpu_s = tree_cpu_seconds() - cpu
+    for child in children:
+        child.join()
+    return Run(samples, max(ends) - started, first - started, cpu_s)
+
+
 class PrebuiltBatches:
     """A stand-in dataset for `WorkerPool`: each batch a fresh copy of one real batch, written
     into the worker's slot as a dataset would build it there (no reading, no building)."""
@@ -169,7 +211,10 @@ def slots_transfer(template: dict[str, Any], batches: int) -> float:
 
 def measure(plan: Plan) -> tuple[dict[str, list[Run]], list[float]]:
     n = plan.worker_samples
-    paths: dict[str, Callable[[], Run]] = {IN_PROCESS: lambda: ours_batch_stream(n)}
+    paths: dict[str, Callable[[], Run]] = {
+        IN_PROCESS: lambda: ours_batch_stream(n),
+        CEILING: lambda: two_builders(n),
+    }
     for workers in WORKERS:
         paths[f"ours, num_workers={workers}"] = lambda w=workers: ours(w, n)
         paths[f"upstream, num_workers={workers}"] = lambda w=workers: upstream(w, n)
@@ -234,6 +279,8 @@ def section(runs: dict[str, list[Run]], transfers: list[float], plan: Plan) -> l
     fastest = (IN_PROCESS, "ours, num_workers=0")
     workers2 = paired("ours, num_workers=2", *fastest)
     workers2_steady = paired("ours, num_workers=2", *fastest, steady_only=True)
+    ceiling = paired(CEILING, IN_PROCESS, steady_only=True)
+    of_ceiling = paired("ours, num_workers=2", CEILING, steady_only=True)
     lines += [
         "",
         "Ratios per repeat (each against runs of the same repeat), median (min–max):",
@@ -245,6 +292,10 @@ def section(runs: dict[str, list[Run]], transfers: list[float], plan: Plan) -> l
         f"≥ 0.95: {met(median(hand_off) >= 0.95)} |",
         f"| num_workers=2 / fastest in-process path | {median_and_range(workers2, '.2f')} | "
         f"{median_and_range(workers2_steady, '.2f')} | ≥ 1.0: {met(median(workers2) >= 1.0)} |",
+        f"| 2 processes, no hand-over / `batch_stream()`: the machine's ceiling for 2 workers | "
+        f"| {median_and_range(ceiling, '.2f')} | |",
+        f"| num_workers=2 / that ceiling: what the hand-over and the trainer's share cost | "
+        f"| {median_and_range(of_ceiling, '.2f')} | |",
         "",
         "Against upstream with the same workers, all-in: "
         + ", ".join(f"{w} workers {against_upstream(w):.2f}×" for w in WORKERS)
