@@ -9,7 +9,7 @@ build: the wall time from handing a batch over to the next request, less the CPU
 trainer's thread spent in it (read only after a step long enough to matter: a loop that only
 takes batches pays two clock reads per batch). Once the median idle time of the recent steps
 covers a good share of a build (`AHEAD_SHARE`), each hand-over wakes the thread to fill up to
-`depth` batches; when it no longer does, the thread stops and the trainer builds again.
+`depth` batches; when it no longer does, the thread waits and the trainer builds again.
 
 Batches come out in stream order whoever builds them: one lock guards the stream, and batches
 built ahead wait in a FIFO the trainer empties (without that lock: a build may be stuck in a
