@@ -35,6 +35,7 @@ from fm_loader.serving.workers import WorkerPool
 
 Batch = dict[str, Any]
 Served = StreamDataset[Any]  # shard sets, or text tokenized in the loader
+Built = tuple[Batch, int, int, list[float], int]  # batch, samples, tokens, fetches, refetched
 
 
 class FmLoader:
@@ -118,20 +119,24 @@ class FmLoader:
         background thread built it ahead while the trainer was idle (`fm_loader.serving.
         prefetch`)."""
         prefetcher = Prefetcher(_built(self.dataset, self.pin_memory), self.prefetch_batches)
-        clock = time.perf_counter
+        metrics, clock = self.metrics, time.perf_counter
         try:
             while True:
                 depth = len(prefetcher)
                 started = clock()
-                batch = prefetcher.next(started)
-                if batch is None:
-                    self.metrics.record_wait(clock() - started, depth)
+                built = prefetcher.next(started)
+                if built is None:
+                    metrics.record_wait(clock() - started, depth)
                     return
-                batch = self._hand_over(batch)
+                batch, samples, tokens, fetches, refetched = built
+                if refetched:
+                    metrics.record_refetch(refetched)
+                metrics.record_batch(samples, tokens, fetches)
+                self._tracker.add(batch)
                 # Building the batch (or waiting for the thread building it) and handing it
                 # over are the loader's work on the trainer's thread: the trainer waits.
                 handed = clock()
-                self.metrics.record_wait(handed - started, depth)
+                metrics.record_wait(handed - started, depth)
                 prefetcher.handed_over(handed)
                 yield batch
         finally:
@@ -163,16 +168,15 @@ class FmLoader:
         self._tracker = self.dataset.tracker()
 
 
-def _built(dataset: Served, pin_memory: bool) -> Iterator[Batch]:
-    """The rank's batches as tensors, with the shard fetches each one cost."""
+def _built(dataset: Served, pin_memory: bool) -> Iterator[Built]:
+    """The rank's batches as tensors, each with its samples and real tokens, and the shard
+    fetches (seconds) and refetched bytes building it cost."""
     for arrays in dataset.batch_stream(0, 1, arrays=True):
-        arrays["shard_fetch_s"] = dataset.take_fetch_latencies()
-        arrays["shard_refetch_bytes"] = dataset.take_refetched_bytes()
-        arrays["real_tokens"] = int(arrays["num_tokens"].sum())
+        samples, tokens = len(arrays["sample_index"]), int(arrays["num_tokens"].sum())
         batch = as_tensors(arrays)
         if pin_memory:
             batch = {k: v.pin_memory() if torch.is_tensor(v) else v for k, v in batch.items()}
-        yield batch
+        yield batch, samples, tokens, dataset.take_fetch_latencies(), dataset.take_refetched_bytes()
 
 
 def _placement_batch_size(dataset: Served, batch_size: int | None) -> int:

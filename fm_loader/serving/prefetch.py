@@ -25,7 +25,6 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-Batch = dict[str, Any]
 # Build ahead once the trainer's idle time per step is at least this share of a build: below
 # it, the thread's wake-ups and GIL hand-offs cost more than the little build time they hide.
 AHEAD_SHARE = 0.5
@@ -36,10 +35,11 @@ _END = object()
 
 
 class Prefetcher:
-    """One epoch of a rank's batches, built by the trainer's thread or ahead by a background
-    one; `next()` and `handed_over()` are called from the trainer's thread only."""
+    """One epoch of a rank's batches (whatever `batches` yields), built by the trainer's thread
+    or ahead by a background one; `next()` and `handed_over()` are called from the trainer's
+    thread only."""
 
-    def __init__(self, batches: Iterator[Batch], depth: int) -> None:
+    def __init__(self, batches: Iterator[Any], depth: int) -> None:
         self._batches = batches  # advanced only under `_lock`
         self._depth = depth
         self._lock = threading.Lock()
@@ -59,11 +59,17 @@ class Prefetcher:
         """Batches built ahead, ready now."""
         return len(self._ready)
 
-    def next(self, now: float) -> Batch | None:
+    def next(self, now: float) -> Any:
         """The next batch, None after the last; raises what building it raised. `now`: the
         trainer's `time.perf_counter()` as it asked."""
-        if self._left_at is not None:
-            self._back(now - self._left_at)
+        left = self._left_at
+        if left is not None:
+            away = now - left
+            if away < MIN_IDLE_S and not self._ahead:  # a loop that only takes batches
+                self._left_at, self._watch_cpu = None, False
+                self._idle.append(away)
+            else:
+                self._back(away)
         ready = self._ready
         # Only the trainer takes from `ready`: not empty now, it is not empty when taken. A
         # batch built ahead is taken without the stream's lock: a build of a later batch may
@@ -73,7 +79,7 @@ class Prefetcher:
             return None
         if isinstance(item, BaseException):
             raise item
-        return item  # type: ignore[no-any-return]
+        return item
 
     def handed_over(self, now: float) -> None:
         """The trainer has its batch (at `now`) and goes back to its step: build ahead if that
