@@ -8,7 +8,7 @@
 
 Imports nothing of the platform (fm_assets), dagster or ray: trainers install only
 `fm-platform[loader]`. The public names load on first use, so importing a light submodule
-(`fm_loader.settings`, `fm_loader.manifest`) does not import torch.
+(`fm_loader.settings`, `fm_loader.format.manifest`) does not import torch.
 """
 
 from __future__ import annotations
@@ -17,11 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fm_loader.collation import collate
-    from fm_loader.dataset import FmDataset
-    from fm_loader.loader import FmLoader, make_loader
-    from fm_loader.make import make_dataset
-    from fm_loader.manifest import (
+    from fm_loader.format.manifest import (
         MANIFEST_FORMAT_VERSION,
         ShardInfo,
         ShardSetManifest,
@@ -29,38 +25,44 @@ if TYPE_CHECKING:
         read_manifest,
         schema_fingerprint,
     )
-    from fm_loader.metrics import LoaderMetrics
-    from fm_loader.mixture import Epochs, MixtureSpec
-    from fm_loader.online import OnlineDataset
-    from fm_loader.online_state import merge_states
-    from fm_loader.samples import IGNORE_INDEX
-    from fm_loader.stall import ProbeReport, probe
-    from fm_loader.state import LoaderState
-    from fm_loader.warmup import prewarm
+    from fm_loader.make import make_dataset
+    from fm_loader.options import LoaderOptions
+    from fm_loader.order.mixture import Epochs, MixtureSpec
+    from fm_loader.order.pack_state import merge_states
+    from fm_loader.order.state import LoaderState
+    from fm_loader.samples.token_blocks import IGNORE_INDEX
+    from fm_loader.samples.tokens import collate
+    from fm_loader.serving.dataset import FmDataset
+    from fm_loader.serving.loader import FmLoader, make_loader
+    from fm_loader.serving.metrics import LoaderMetrics
+    from fm_loader.serving.online import OnlineDataset
+    from fm_loader.serving.stall import ProbeReport, probe
+    from fm_loader.sources.warmup import prewarm
 
 # Public name -> the module defining it.
 _PUBLIC = {
-    "IGNORE_INDEX": "fm_loader.samples",
-    "MANIFEST_FORMAT_VERSION": "fm_loader.manifest",
-    "Epochs": "fm_loader.mixture",
-    "FmDataset": "fm_loader.dataset",
-    "FmLoader": "fm_loader.loader",
-    "LoaderMetrics": "fm_loader.metrics",
-    "LoaderState": "fm_loader.state",
-    "MixtureSpec": "fm_loader.mixture",
-    "ShardInfo": "fm_loader.manifest",
-    "ShardSetManifest": "fm_loader.manifest",
-    "collate": "fm_loader.collation",
+    "IGNORE_INDEX": "fm_loader.samples.token_blocks",
+    "MANIFEST_FORMAT_VERSION": "fm_loader.format.manifest",
+    "Epochs": "fm_loader.order.mixture",
+    "FmDataset": "fm_loader.serving.dataset",
+    "FmLoader": "fm_loader.serving.loader",
+    "LoaderMetrics": "fm_loader.serving.metrics",
+    "LoaderOptions": "fm_loader.options",
+    "LoaderState": "fm_loader.order.state",
+    "MixtureSpec": "fm_loader.order.mixture",
+    "OnlineDataset": "fm_loader.serving.online",
+    "ProbeReport": "fm_loader.serving.stall",
+    "ShardInfo": "fm_loader.format.manifest",
+    "ShardSetManifest": "fm_loader.format.manifest",
+    "collate": "fm_loader.samples.tokens",
     "make_dataset": "fm_loader.make",
-    "make_loader": "fm_loader.loader",
-    "prewarm": "fm_loader.warmup",
-    "merge_states": "fm_loader.online_state",
-    "OnlineDataset": "fm_loader.online",
-    "probe": "fm_loader.stall",
-    "ProbeReport": "fm_loader.stall",
-    "mds_columns": "fm_loader.manifest",
-    "read_manifest": "fm_loader.manifest",
-    "schema_fingerprint": "fm_loader.manifest",
+    "make_loader": "fm_loader.serving.loader",
+    "mds_columns": "fm_loader.format.manifest",
+    "merge_states": "fm_loader.order.pack_state",
+    "prewarm": "fm_loader.sources.warmup",
+    "probe": "fm_loader.serving.stall",
+    "read_manifest": "fm_loader.format.manifest",
+    "schema_fingerprint": "fm_loader.format.manifest",
 }
 
 __all__ = [
@@ -70,6 +72,7 @@ __all__ = [
     "FmDataset",
     "FmLoader",
     "LoaderMetrics",
+    "LoaderOptions",
     "LoaderState",
     "MixtureSpec",
     "OnlineDataset",

@@ -354,7 +354,7 @@ def batch_tables() -> list[str]:
 def contents(settings: Settings, batch_id: str) -> Contents:
     from fm_assets.shards.build import read_shard_set_row
     from fm_assets.versions.dataset_version import read_version
-    from fm_loader.manifest import read_manifest
+    from fm_loader.format.manifest import read_manifest
 
     partitions: dict[str, Rows] = {}
     for name in batch_tables():

@@ -19,7 +19,7 @@ import atheris
 with atheris.instrument_imports():
     import fm_assets.formats
     import fm_assets.storage.landing  # noqa: F401
-    import fm_loader.manifest  # noqa: F401
+    import fm_loader.format.manifest  # noqa: F401
 
 from tests.fuzzing import file_seeds, manifest_outcome, manifest_seeds, read_accounted
 

@@ -80,7 +80,7 @@ def _landing_manifest() -> bytes:
 
 
 def _shard_manifest() -> bytes:
-    from fm_loader.manifest import ShardInfo, ShardSetManifest, schema_fingerprint
+    from fm_loader.format.manifest import ShardInfo, ShardSetManifest, schema_fingerprint
 
     shard = ShardInfo("shard.00000.mds", hashlib.sha256(b"shard").hexdigest(), 4096, 3, 100)
     return (
@@ -273,7 +273,7 @@ def manifest_outcome(kind: str, data: bytes) -> str:
     """ "read" or "refused" (ValueError) for `data` as a manifest of `kind` ("landing" or
     "shard set"); any other exception escapes, as it would from the reader."""
     from fm_assets.storage.landing import BatchManifest
-    from fm_loader.manifest import ShardSetManifest
+    from fm_loader.format.manifest import ShardSetManifest
 
     try:
         if kind == "landing":

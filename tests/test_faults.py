@@ -21,7 +21,7 @@ from fm_assets.commands import operations
 from fm_assets.execution.runner import run_stage
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import bookkeeping, catalog
-from fm_loader.retry import StorageUnavailable
+from fm_loader.storage.retry import StorageUnavailable
 from tests.conftest import WARC_DIR, ray_workers_with
 from tests.services import flaky_proxy as faults
 from tests.services.flaky_proxy import FlakyProxy, flaky_proxy

@@ -269,7 +269,7 @@ def test_a_landing_manifest_naming_a_file_outside_its_batch_is_refused(key: str,
 
 
 def test_a_shard_manifest_naming_a_shard_outside_its_set_is_refused() -> None:
-    from fm_loader.manifest import ShardSetManifest
+    from fm_loader.format.manifest import ShardSetManifest
 
     manifest = json.loads(manifest_seeds()["shard set"])
     manifest["shards"][0]["name"] = "../../outside.mds"

@@ -21,8 +21,9 @@ import torch
 
 from fm_assets.settings import Settings, load_settings
 from fm_assets.shards.writer import manifest_sha256
-from fm_loader import IGNORE_INDEX, FmDataset, collate, make_dataset, retry
-from fm_loader.manifest import MANIFEST_NAME
+from fm_loader import IGNORE_INDEX, FmDataset, collate, make_dataset
+from fm_loader.format.manifest import MANIFEST_NAME
+from fm_loader.storage import retry
 from tests.paths import NEOX_TOKENIZER
 from tests.shard_sets import PAD, Built, SetShape, build, sha, synthetic_docs
 
@@ -118,7 +119,7 @@ def test_collate_flattens_boundaries(tmp_path: Path) -> None:
 
 
 def test_malformed_sample_is_rejected() -> None:
-    from fm_loader.samples import build_sample
+    from fm_loader.samples.tokens import build_sample
 
     raw = {
         "input_ids": np.arange(8, dtype=np.uint16),
@@ -257,6 +258,36 @@ def test_import_does_not_pull_orchestration_or_stages() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_options_come_as_keywords_or_as_one_object(synth: Built) -> None:
+    from dataclasses import fields
+
+    from fm_loader import LoaderOptions
+    from fm_loader.options import LoaderKeywords
+
+    # The keywords make_dataset declares are exactly the options' fields.
+    assert list(LoaderKeywords.__annotations__) == [f.name for f in fields(LoaderOptions)]
+    by_keywords = make_dataset(str(synth.directory), rank=1, world_size=2, seed=3, epoch=1)
+    options = LoaderOptions(rank=1, world_size=2, seed=3, epoch=1)
+    assert indices(make_dataset(str(synth.directory), options)) == indices(by_keywords)
+    # Keywords given beside an options object replace its fields.
+    other = make_dataset(str(synth.directory), options, seed=4)
+    assert other.seed == 4 and indices(other) != indices(by_keywords)
+    with pytest.raises(TypeError, match=r"unknown keyword\(s\) \['shuffle_windw'\]"):
+        make_dataset(str(synth.directory), shuffle_windw=8)
+    with pytest.raises(ValueError, match="shuffle_window and batch_size positive"):
+        LoaderOptions(shuffle_window=0)
+
+
+def test_a_set_of_a_sample_kind_this_loader_does_not_know_is_refused() -> None:
+    from types import SimpleNamespace
+
+    from fm_loader.samples.kind import sample_kind
+
+    newer = SimpleNamespace(sample_kind="audio", set_key="speech@v1/abc-s16000")
+    with pytest.raises(ValueError, match=r"kind 'audio'.*knows \['tokens'\].*upgrade fm_loader"):
+        sample_kind(newer)
 
 
 # --- catalog resolution ------------------------------------------------------------------------

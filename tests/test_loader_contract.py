@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import fm_loader.dataset
+import fm_loader.serving.dataset
 from fm_loader import Epochs, FmDataset, make_dataset
-from fm_loader.mixture import MixtureSpec, ScheduleCursor
-from fm_loader.plan import SourceOrder, permutation
+from fm_loader.order.mixture import MixtureSpec, ScheduleCursor
+from fm_loader.order.plan import SourceOrder, permutation
 from tests.paths import WGET_WARC_2
 from tests.shard_sets import Built, SetShape, build_from_warc
 
@@ -295,8 +295,8 @@ def test_resume_work_does_not_grow_with_the_position(
     monkeypatch.setattr(
         ScheduleCursor, "take", lambda self, n: (taken.append(n), original(self, n))[1]
     )
-    monkeypatch.setattr(fm_loader.dataset, "_POSITIONS_PER_STEP", 64)
-    monkeypatch.setattr(fm_loader.dataset, "_SAMPLES_PER_BLOCK", 1)
+    monkeypatch.setattr(fm_loader.serving.dataset, "_POSITIONS_PER_STEP", 64)
+    monkeypatch.setattr(fm_loader.serving.dataset, "_SAMPLES_PER_BLOCK", 1)
     source = {str(web.directory): 0.5, str(web.directory) + "/.": 0.5}
     full = make_dataset(source, rank=0, world_size=1)
     work = {}

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from fm_assets.settings import Settings, load_settings
-from fm_loader import make_dataset, make_loader, retry
+from fm_loader import make_dataset, make_loader
+from fm_loader.storage import retry
 from tests.services.flaky_proxy import FlakyProxy, flaky_proxy
 from tests.services.s3 import S3Server
 from tests.shard_sets import Built, build, synthetic_docs

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 
 from fm_assets.shards.text_export import write_text_set
 from fm_loader import make_dataset, make_loader, merge_states
-from fm_loader.online import OnlineDataset
+from fm_loader.serving.online import OnlineDataset
 from tests.paths import LLAMA_TOKENIZER, NEOX_TOKENIZER, WGET_WARC, WGET_WARC_2
 from tests.shard_sets import warc_texts
 
@@ -193,3 +193,54 @@ def test_in_process_iteration_resumes_from_its_own_state(
     again.load_state_dict(first.state_dict())
     served += [key(s) for s in again]
     assert sorted(served) == sorted(reference) and len(served) == len(set(served))
+
+
+def test_a_version_key_finds_its_text_set_through_the_catalog_as_shard_sets_do(
+    texts: dict[str, tuple[Path, dict[str, str]]], tmp_path: Path
+) -> None:
+    """Text sets go through the same lookup as shard sets: the latest registration in the
+    catalog, pinned by its manifest's sha256, with the same refusals."""
+    import datetime as dt
+    import hashlib
+
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from fm_assets.settings import load_settings
+    from fm_assets.shards.text_export import TEXT_SETS
+
+    directory = texts["web"][0]
+    digest = hashlib.sha256((directory / "fm_text_manifest.json").read_bytes()).hexdigest()
+    settings = load_settings({"FM_HOME": str(tmp_path / "home")})
+    settings.home.mkdir(parents=True)
+    catalog = SqlCatalog(
+        settings.catalog_name, uri=settings.catalog_uri, warehouse=settings.warehouse
+    )
+    catalog.create_namespace(settings.namespace)
+    table = catalog.create_table(f"{settings.namespace}.text_sets", schema=TEXT_SETS)
+
+    def register(version: str, sha: str, at: int) -> None:
+        row = {
+            "version_key": version,
+            "uri": directory.as_uri(),
+            "manifest_sha256": sha,
+            "num_documents": 1,
+            "num_bytes": 1,
+            "run_id": None,
+            "created_at": dt.datetime(2024, 1, at, tzinfo=dt.UTC),
+        }
+        table.append(pa.Table.from_pylist([row], schema=TEXT_SETS))
+
+    # An older registration pinning other bytes, then the current one: the latest wins.
+    register("web@v1", "0" * 64, 1)
+    register("web@v1", digest, 2)
+    by_key = [s["doc_ids"] for s in online("web@v1", settings=settings)]
+    assert by_key == [s["doc_ids"] for s in online(str(directory))]
+    with pytest.raises(ValueError, match=r"unknown dataset version web@v9.*fm text export web@v9"):
+        online("web@v9", settings=settings)
+    register("web@v2", "0" * 64, 3)  # the set's bytes differ from what the catalog pinned
+    with pytest.raises(ValueError, match="text set changed after it was registered"):
+        online("web@v2", settings=settings)
+    register("web@v3", digest, 4)  # a row pointing at another version's text
+    with pytest.raises(ValueError, match="says it was built from web@v1"):
+        online("web@v3", settings=settings)

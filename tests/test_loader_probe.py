@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from fm_loader import make_dataset, make_loader, probe
-from fm_loader.metrics import STALL_BOUND
+from fm_loader.serving.metrics import STALL_BOUND
 from tests.paths import REPO
 from tests.shard_sets import Built, SetShape
 

@@ -12,7 +12,7 @@ import pytest
 from fm_assets.shards.packing import pack_documents
 from fm_assets.shards.writer import ShardSetHeader, sequence_tokens, write_shard_set
 from fm_loader import make_dataset
-from fm_loader.provenance import (
+from fm_loader.sources.provenance import (
     PROVENANCE_FORMAT_VERSION,
     REVOCATION_NAME,
     Revocation,

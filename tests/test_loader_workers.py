@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fm_loader import collate, make_dataset, make_loader
+from fm_loader import FmLoader, collate, make_dataset, make_loader
 from tests.paths import REPO
 from tests.shard_sets import Built, SetShape
 
@@ -112,6 +112,39 @@ def test_metrics_report_stall_throughput_depth_and_fetches(
     assert len(web.manifest.shards) <= snap["shard_fetches"] <= 2 * len(web.manifest.shards)
     assert snap["shard_fetch_max_s"] > 0
     assert any("stall" in r.message and "tokens/s" in r.message for r in caplog.records)
+
+
+def test_without_workers_batches_are_built_ahead_only_while_the_trainer_idles(
+    web: Built,
+) -> None:
+    """A trainer that only takes batches builds them on its own thread (no hand-off between
+    threads to pay: nothing is ever ready ahead); one that idles between batches, as a host
+    waiting on its accelerator does, finds them built ahead. The stream is the same."""
+    import threading
+    import time
+
+    def loader() -> FmLoader:
+        return make_loader(make_dataset(str(web.directory), seed=1), batch_size=4)
+
+    expected = [i for b in loader() for i in b["sample_index"].tolist()]
+    busy, served, started = loader(), [], set()
+    before = set(threading.enumerate())
+    for batch in busy:
+        served += batch["sample_index"].tolist()
+        started |= set(threading.enumerate()) - before
+    assert served == expected
+    assert not started, started
+    assert busy.metrics.snapshot()["prefetch_depth"] == 0
+
+    idle, served = loader(), []
+    batches = iter(idle)
+    for _ in range(20):
+        served += next(batches)["sample_index"].tolist()
+        time.sleep(0.02)  # the step: a few ms of work would do, a batch takes well under 1 ms
+    served += [i for b in batches for i in b["sample_index"].tolist()]
+    assert served == expected
+    # Ready ahead when asked for, from the third request on (two steps show the idle time).
+    assert idle.metrics.depth_sum >= 18, idle.metrics.snapshot()
 
 
 TRAINER = textwrap.dedent(

@@ -119,7 +119,7 @@ def test_loader_extra_installs_neither_dagster_nor_ray(tmp_path: Path) -> None:
 
 def test_every_public_loader_name_resolves_without_loading_torch_first() -> None:
     code = (
-        "import sys, fm_loader.settings, fm_loader.manifest; "
+        "import sys, fm_loader.settings, fm_loader.format.manifest; "
         "print('torch' in sys.modules); "
         "import fm_loader; print(all(getattr(fm_loader, n) is not None for n in fm_loader.__all__))"
     )

@@ -37,8 +37,8 @@ from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions.dataset_version import create_version, require_version
 from fm_assets.versions.reader import version_documents, version_text_documents
 from fm_loader import make_dataset
-from fm_loader.manifest import read_manifest
-from fm_loader.shards import ShardSet
+from fm_loader.format.manifest import read_manifest
+from fm_loader.format.shard_set import ShardSet
 from tests.conftest import NEOX_TOKENIZER, WARC_DIR
 from tests.policies import opt_out_policy
 

@@ -194,7 +194,7 @@ def test_every_check_passed(platform: S3Platform) -> None:
 
 
 def test_shard_set_is_published_in_the_bucket(platform: S3Platform) -> None:
-    from fm_loader.manifest import ShardSetManifest
+    from fm_loader.format.manifest import ShardSetManifest
 
     dataset, number = platform.version_key.split("@v")
     config = platform.shard_set_key.split("/")[-1]
@@ -316,7 +316,7 @@ def test_upload_publishes_the_manifest_last_and_bad_sets_are_refused(
     from fm_assets.checks.shard_sets import published_copy, shard_checksums_valid
     from fm_assets.shards.build import upload_shard_set
     from fm_assets.storage.objectstore import ObjectStore, open_object_store
-    from fm_loader.cache import cached_shard_set
+    from fm_loader.storage.cache import cached_shard_set
 
     settings = platform.settings
     source = fm_loader.make_dataset(

@@ -20,7 +20,7 @@ from fm_assets.shards.writer import (
     token_dtype_for,
     write_shard_set,
 )
-from fm_loader.manifest import (
+from fm_loader.format.manifest import (
     INDEX_NAME,
     MANIFEST_NAME,
     ShardSetManifest,

@@ -111,7 +111,7 @@ def test_sample_provenance_check_fails_on_samples_of_other_documents(
     documents the version does not hold; the version's own set passes it."""
     from fm_assets.checks.shard_sets import samples_carry_provenance
     from fm_assets.versions.dataset_version import require_version
-    from fm_loader.manifest import local_directory, read_manifest
+    from fm_loader.format.manifest import local_directory, read_manifest
     from tests.shard_sets import synthetic_docs
     from tests.test_shard_writer import write_docs
 
@@ -257,7 +257,7 @@ def test_version_is_tagged_and_immutable(spine: Spine) -> None:
 
 def test_shard_set_manifest_and_packing(spine: Spine) -> None:
     from fm_assets.shards.build import read_shard_set_row
-    from fm_loader.manifest import read_manifest, schema_fingerprint
+    from fm_loader.format.manifest import read_manifest, schema_fingerprint
 
     row = read_shard_set_row(spine.settings, spine.shard_set_key)
     assert row is not None

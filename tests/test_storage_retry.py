@@ -11,7 +11,7 @@ import pytest
 
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog, data_files
-from fm_loader.retry import StorageUnavailable, is_transient, with_retries
+from fm_loader.storage.retry import StorageUnavailable, is_transient, with_retries
 from tests.rows import quarantine_rows
 
 
@@ -136,7 +136,7 @@ def test_a_commit_whose_answer_was_lost_is_not_applied_twice(
 ) -> None:
     """The catalog accepted the commit but the connection dropped before the answer: the retry
     finds the commit by its id instead of committing the files again."""
-    from fm_loader import retry
+    from fm_loader.storage import retry
 
     monkeypatch.setattr(retry.time, "sleep", _no_sleep)
     handle = data_files.table_handle(fm_settings, "quarantine", "cloud")
@@ -166,7 +166,7 @@ def test_landed_file_missing_from_the_store_fails_the_read_not_quarantined(
 ) -> None:
     """A landed file deleted behind the manifest's back: the raw stage raises, naming it."""
     from fm_assets.stages.raw import LANDED_PARTS, RawStage
-    from fm_loader import retry
+    from fm_loader.storage import retry
 
     parts = pa.Table.from_pylist(
         [

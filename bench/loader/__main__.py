@@ -25,7 +25,9 @@ Figures, each measured side by side and interleaved in this one run (medians, mi
 4. /dev/shm entries (and /tmp lock files) left by ours and by upstream, each in child processes
    that exit normally or are SIGKILLed, and by upstream in this long-lived process.
 5. make_loader at num_workers 0/1/2 against upstream StreamingDataset in a DataLoader with the
-   same workers, all-in (our first-use sha256 counted), and our shared-memory hand-over alone.
+   same workers, all-in (our first-use sha256 counted), and our shared-memory hand-over alone;
+   make_loader(num_workers=0) against the dataset's bare batch_stream(), and 2 workers against
+   the faster of those two in-process paths.
 6. the node cache on a SeaweedFS S3 server: cold against warm first epoch, pre-warm MB/s
    against a raw copy of the same files.
 7. tokenizing in the loader against pre-tokenized shards of the same documents: samples/s,

@@ -27,7 +27,7 @@ from bench.loader.readers import (
 )
 from bench.loader.sets import THROUGHPUT
 from fm_loader import make_dataset
-from fm_loader.blocks import Block
+from fm_loader.samples.tokens import Block
 
 ProfileRows = list[tuple[str, int, float, float]]  # function, calls, own s, cumulative s
 Profiles = dict[str, tuple[int, float, ProfileRows]]  # name: (samples, seconds, rows)
@@ -51,7 +51,7 @@ def per_sample_with_block(block: int, n: int) -> float:
     Sets the module's private `_SAMPLES_PER_BLOCK` (read at each `__iter__`) for this call
     only: a diagnostic for the lead, not an API.
     """
-    import fm_loader.dataset as fm_dataset
+    import fm_loader.serving.dataset as fm_dataset
 
     original = fm_dataset._SAMPLES_PER_BLOCK
     fm_dataset._SAMPLES_PER_BLOCK = block
@@ -263,8 +263,10 @@ def section(
         f"{sample:.0%}.",
         f"3. **Batch path:** `batch_stream` bare gives {stream_rate:,.0f} samples/s, "
         f"`make_loader(num_workers=0)` {loader_rate:,.0f} ({loader_rate1:,.0f} with one torch "
-        "thread): without workers the loader's prefetch thread builds batches itself, so the "
-        "difference is the thread hand-off.",
+        "thread): without workers the trainer's thread builds each batch (a background thread "
+        "builds ahead only while the trainer idles, which this loop never does), so the "
+        "difference is the loader's own work per batch: counting it for the checkpoint, the "
+        "metrics and the tensors' hand-over.",
         f"4. **num_workers=2:** {workers2:,.0f} samples/s against {workers0:,.0f} with none. "
         f"Moving copies of one prebuilt batch out of 2 workers, no reading: {tensor_rate:,.0f} "
         "samples/s as torch tensors (one shared-memory block per tensor, passed by file "

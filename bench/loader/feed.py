@@ -53,7 +53,7 @@ def trainer_feed(workers: int, batches: int, step_s: float = 0.0) -> Feed:
     steady = time.perf_counter() - first
     snapshot = loader.metrics.snapshot()
     stall = (loader.metrics.wait_s - first_wait) / steady
-    del it  # stops the prefetch thread and the DataLoader workers
+    del it  # stops the loader's workers (or its prefetch thread)
     return Feed(first - started, steady, real, total, samples, snapshot, stall)
 
 

@@ -17,8 +17,8 @@ from bench.loader.plan import Plan
 from bench.loader.readers import BATCH, SEED
 from bench.loader.sets import BUILD_VERSION, CACHE, WARCS
 from fm_loader import make_dataset, make_loader, read_manifest
-from fm_loader.packing import OnlineTokenizer
-from fm_loader.text_set import TEXT_MANIFEST_NAME, read_text_manifest
+from fm_loader.format.text_set import TEXT_MANIFEST_NAME, read_text_manifest
+from fm_loader.samples.packing import OnlineTokenizer
 
 SEQ_LEN = 2048
 
@@ -99,7 +99,7 @@ def epoch(source: Path, workers: int, online: bool) -> Epoch:
 
 def library_rate(texts: Path) -> tuple[float, int]:
     """(real tokens/s, tokens) of `encode_batch_fast` on every text in one thread: the limit."""
-    from fm_loader.text_set import TextShards
+    from fm_loader.format.text_set import TextShards
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     manifest, _ = read_text_manifest(texts)

@@ -76,7 +76,7 @@ def ours_batches(directory: Path, n: int) -> Read:
     def read(loader: Any) -> float:
         batches = iter(loader)
         take(batches, n, batch_len)
-        del batches  # closes the generator: stops the loader's prefetch thread
+        del batches  # closes the generator: stops the loader's prefetch thread, if it started
         return float(loader.metrics.fetch_s_total)
 
     return read_timed(

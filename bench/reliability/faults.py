@@ -20,7 +20,7 @@ from fm_assets.execution.runner import run_stage
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog
 from fm_loader import make_dataset, make_loader
-from fm_loader.retry import StorageUnavailable
+from fm_loader.storage.retry import StorageUnavailable
 from tests.services import flaky_proxy as proxy_faults
 from tests.services.flaky_proxy import Fault, FlakyProxy, flaky_proxy
 from tests.services.s3 import S3Server, seaweedfs_s3

@@ -33,8 +33,8 @@ from fm_assets.storage.data_files import file_sha256, plan_files
 from fm_assets.storage.landing import batch_id_for, manifest_checksum, read_manifest
 from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions.dataset_version import parse_version_key, require_version
-from fm_loader.manifest import INDEX_NAME, MANIFEST_NAME, ShardSetManifest
-from fm_loader.remote import filesystem_for
+from fm_loader.format.manifest import INDEX_NAME, MANIFEST_NAME, ShardSetManifest
+from fm_loader.storage.remote import filesystem_for
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from fm_assets.checks.outcome import CheckOutcome
 from fm_assets.settings import Settings
 from fm_assets.storage.landing import read_manifest
 from fm_assets.storage.objectstore import ObjectStore, open_object_store
-from fm_loader.retry import with_retries
+from fm_loader.storage.retry import with_retries
 
 
 def _digest(store: ObjectStore, key: str) -> tuple[str, int]:

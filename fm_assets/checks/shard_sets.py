@@ -25,10 +25,10 @@ from fm_assets.storage.objectstore import filesystem_for
 from fm_assets.versions.contamination_scan import scan_version
 from fm_assets.versions.dataset_version import DatasetVersion
 from fm_assets.versions.reader import version_documents
-from fm_loader.cache import is_remote
-from fm_loader.fetch import DOWNLOAD_THREADS, copy_remote_file
-from fm_loader.manifest import INDEX_NAME, ShardSetManifest, local_directory
-from fm_loader.shards import ShardSet
+from fm_loader.format.manifest import INDEX_NAME, ShardSetManifest, local_directory
+from fm_loader.format.shard_set import ShardSet
+from fm_loader.storage.cache import is_remote
+from fm_loader.storage.fetch import DOWNLOAD_THREADS, copy_remote_file
 
 SAMPLES_PER_READ = 1024  # samples decoded at a time: a few MB of tokens at any seq_len used
 

@@ -33,7 +33,7 @@ from fm_assets.storage import catalog
 from fm_assets.storage.bookkeeping import latest_check_results
 from fm_assets.storage.data_files import plan_files
 from fm_assets.versions.dataset_version import DatasetVersion
-from fm_loader.manifest import ShardSetManifest
+from fm_loader.format.manifest import ShardSetManifest
 
 
 @dataclass(frozen=True)

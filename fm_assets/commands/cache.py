@@ -31,7 +31,7 @@ def _echo(message: str) -> None:
 
 
 def _root(cache_dir: str | None) -> Path:
-    from fm_loader.cache_dir import default_cache_dir
+    from fm_loader.storage.cache_dir import default_cache_dir
 
     return Path(cache_dir) if cache_dir else default_cache_dir()
 
@@ -62,8 +62,9 @@ def prewarm(key: str, cache_dir: str | None, seq_len: int | None, tokenizer: str
     """
     from fm_assets.defs.materialize import add_partitions, materialize, shard_set_partition
     from fm_assets.defs.partitions import dataset_versions, shard_configs
-    from fm_loader.resolve import SHARD_SET_KEY, shard_set_locations, tokenizer_file_hash
-    from fm_loader.warmup import warm
+    from fm_loader.sources.catalog import SHARD_SET_KEY, shard_set_locations
+    from fm_loader.sources.resolve import tokenizer_file_hash
+    from fm_loader.sources.warmup import warm
 
     settings = load_settings()
     root = _root(cache_dir)
@@ -100,7 +101,7 @@ def prewarm(key: str, cache_dir: str | None, seq_len: int | None, tokenizer: str
 @CACHE_DIR
 def status(cache_dir: str | None) -> None:
     """Per cached shard set: how much is warm, its bytes, its last use, pins and readers."""
-    from fm_loader.cache_dir import cache_status, read_config
+    from fm_loader.storage.cache_dir import cache_status, read_config
 
     root = _root(cache_dir)
     entries = cache_status(root)
@@ -124,7 +125,7 @@ def status(cache_dir: str | None) -> None:
 
 def _digests(key: str) -> list[tuple[str, str]]:
     """(shard set key, manifest sha256) of every set KEY names."""
-    from fm_loader.resolve import shard_set_locations
+    from fm_loader.sources.catalog import shard_set_locations
 
     return [
         (loc.shard_set_key, loc.manifest_sha256)
@@ -138,7 +139,7 @@ def _digests(key: str) -> list[tuple[str, str]]:
 @click.option("--by", "holder", default="manual", show_default=True, help="Who holds it: a run.")
 def pin(key: str, cache_dir: str | None, holder: str) -> None:
     """Keep KEY's shard sets out of eviction (for a run's lifetime) until `fm cache unpin`."""
-    from fm_loader.cache_dir import pin as pin_set
+    from fm_loader.storage.cache_dir import pin as pin_set
 
     for shard_set, digest in _digests(key):
         pin_set(_root(cache_dir), digest, shard_set, holder)
@@ -151,7 +152,7 @@ def pin(key: str, cache_dir: str | None, holder: str) -> None:
 @CACHE_DIR
 def unpin(key: str, cache_dir: str | None) -> None:
     """Let KEY's shard sets be evicted again (least recently used first)."""
-    from fm_loader.cache_dir import unpin as unpin_set
+    from fm_loader.storage.cache_dir import unpin as unpin_set
 
     for shard_set, digest in _digests(key):
         released = unpin_set(_root(cache_dir), digest)
@@ -164,7 +165,7 @@ def unpin(key: str, cache_dir: str | None) -> None:
 @CACHE_DIR
 def quota(size: str, cache_dir: str | None) -> None:
     """Cap the cache at SIZE (500G, 1.5T; "none" lifts the cap), enforced at the next download."""
-    from fm_loader.cache_dir import set_quota
+    from fm_loader.storage.cache_dir import set_quota
 
     limit = None if size.lower() == "none" else parse_size(size)
     set_quota(_root(cache_dir), limit)

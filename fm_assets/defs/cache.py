@@ -16,9 +16,9 @@ from fm_assets.defs.progress import progress_logger
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.defs.shards import SHARD_SET
 from fm_assets.shards.build import read_shard_set_row, shard_set_key
-from fm_loader.cache_dir import default_cache_dir, read_config
-from fm_loader.resolve import Location
-from fm_loader.warmup import warm
+from fm_loader.sources.catalog import Location
+from fm_loader.sources.warmup import warm
+from fm_loader.storage.cache_dir import default_cache_dir, read_config
 
 SHARD_SET_CACHE = dg.AssetKey("shard_set_cache")
 

@@ -39,7 +39,7 @@ from fm_assets.storage.data_files import (
     write_files,
 )
 from fm_assets.storage.transactions import transaction
-from fm_loader.retry import with_retries
+from fm_loader.storage.retry import with_retries
 
 LEGACY_TABLE = "neardup_shingles"
 LEGACY_SCHEMA = pa.schema(

@@ -16,7 +16,7 @@ from fm_assets.settings import Settings
 from fm_assets.stages.raw import LANDED_PARTS
 from fm_assets.storage.landing import BatchManifest, LandedFile
 from fm_assets.storage.objectstore import filesystem_for, open_object_store
-from fm_loader.retry import with_retries
+from fm_loader.storage.retry import with_retries
 
 T = TypeVar("T")
 SLICES_PER_CPU = 4  # several per CPU: one slow slice then holds up the stage less at the end

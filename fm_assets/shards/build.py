@@ -45,8 +45,8 @@ from fm_assets.versions.dataset_version import (
 )
 from fm_assets.versions.reader import version_documents
 from fm_assets.versions.revocation import replacement_of
-from fm_loader.manifest import MANIFEST_NAME, ShardSetManifest
-from fm_loader.provenance import NAMESPACES_NAME, namespaces_json
+from fm_loader.format.manifest import MANIFEST_NAME, ShardSetManifest
+from fm_loader.sources.provenance import NAMESPACES_NAME, namespaces_json
 
 _CONFIG = re.compile(r"^(?P<tok>[0-9a-f]{12})-s(?P<seq>[1-9][0-9]*)$")
 PAD_CANDIDATES = ("<|padding|>", "<pad>", "[PAD]")

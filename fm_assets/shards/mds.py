@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fm_loader.manifest import INDEX_NAME
+from fm_loader.format.manifest import INDEX_NAME
 
 MDS_VERSION = 2
 _OFFSET_BYTES = 4  # each sample's uint32 offset in its shard's header

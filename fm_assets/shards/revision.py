@@ -51,8 +51,8 @@ from fm_assets.storage.objectstore import ObjectStore, open_object_store
 from fm_assets.versions.dataset_version import DatasetVersion, namespaces_of, require_version
 from fm_assets.versions.membership import revoked_exclusions
 from fm_assets.versions.revocation import replaced_base
-from fm_loader.manifest import INDEX_NAME, MANIFEST_NAME, ShardInfo, ShardSetManifest
-from fm_loader.provenance import NAMESPACES_NAME, namespaces_json
+from fm_loader.format.manifest import INDEX_NAME, MANIFEST_NAME, ShardInfo, ShardSetManifest
+from fm_loader.sources.provenance import NAMESPACES_NAME, namespaces_json
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,8 @@ from fm_assets.versions.revocation import (
     replacement_of,
     revoke_versions,
 )
-from fm_loader.manifest import MANIFEST_NAME, ShardSetManifest
-from fm_loader.provenance import (
+from fm_loader.format.manifest import MANIFEST_NAME, ShardSetManifest
+from fm_loader.sources.provenance import (
     PROVENANCE_FORMAT_VERSION,
     Revocation,
     RunRecord,

@@ -35,15 +35,15 @@ from fm_assets.versions.dataset_version import (
     require_version,
 )
 from fm_assets.versions.reader import version_text_documents
-from fm_loader.manifest import INDEX_NAME, ShardInfo
-from fm_loader.mds_format import defer_streaming_packages
-from fm_loader.provenance import NAMESPACES_NAME, namespaces_json
-from fm_loader.text_set import (
+from fm_loader.format.manifest import INDEX_NAME, ShardInfo
+from fm_loader.format.mds import defer_streaming_packages
+from fm_loader.format.text_set import (
     TEXT_COLUMNS,
     TEXT_FORMAT_VERSION,
     TEXT_MANIFEST_NAME,
     TextSetManifest,
 )
+from fm_loader.sources.provenance import NAMESPACES_NAME, namespaces_json
 
 TEXT_SETS = pa.schema(
     [

@@ -21,7 +21,7 @@ from fm_assets.storage.schemas import PROVENANCE_FIELDS
 from fm_assets.versions.dataset_version import DatasetVersion, require_version
 from fm_assets.versions.reader import version_documents
 from fm_assets.versions.revocation import all_versions
-from fm_loader.provenance import read_revocation, read_run_record, read_run_records
+from fm_loader.sources.provenance import read_revocation, read_run_record, read_run_records
 
 _PROVENANCE = tuple(f.name for f in PROVENANCE_FIELDS)
 # Where a raw record is in its landed file (raw_documents only).

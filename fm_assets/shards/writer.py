@@ -26,7 +26,7 @@ import numpy.typing as npt
 from fm_assets.settings import PIPELINE_VERSION
 from fm_assets.shards.mds import MDSShardWriter, NDArrayEncoding
 from fm_assets.shards.packing import PackedSequence
-from fm_loader.manifest import (
+from fm_loader.format.manifest import (
     INDEX_NAME,
     MANIFEST_FORMAT_VERSION,
     MANIFEST_NAME,
@@ -36,7 +36,7 @@ from fm_loader.manifest import (
     mds_columns,
     schema_fingerprint,
 )
-from fm_loader.mds_format import defer_streaming_packages
+from fm_loader.format.mds import defer_streaming_packages
 
 _DOC_ID = re.compile(r"[0-9a-f]{64}")
 _INT32_MAX = np.iinfo(np.int32).max

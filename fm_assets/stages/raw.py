@@ -25,7 +25,7 @@ from fm_assets.formats.splitting import RangeReader
 from fm_assets.stages.base import Stage, StageResult, quarantine_rows
 from fm_assets.storage import schemas
 from fm_assets.storage.objectstore import filesystem_for
-from fm_loader.retry import with_retries
+from fm_loader.storage.retry import with_retries
 
 # The input of the raw stage: one row per part of a landed file, in batch order.
 LANDED_PARTS = pa.schema(

@@ -54,7 +54,7 @@ from fm_assets.storage.schema_evolution import (
 from fm_assets.storage.sql_catalog import CachingSqlCatalog
 from fm_assets.storage.tables import table_spec
 from fm_assets.storage.transactions import share_frozen_metadata_parts, transaction
-from fm_loader.retry import with_retries
+from fm_loader.storage.retry import with_retries
 
 write_page_checksums()  # before any table is written in this process
 convert_schemas_once()

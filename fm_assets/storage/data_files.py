@@ -34,8 +34,8 @@ from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.bookkeeping import record_file_checksums
 from fm_assets.storage.transactions import transaction
-from fm_loader.remote import filesystem_for
-from fm_loader.retry import with_retries
+from fm_loader.storage.remote import filesystem_for
+from fm_loader.storage.retry import with_retries
 
 # Snapshot property naming the commit that wrote it, so a retried commit is never applied twice.
 COMMIT_ID = "fm.commit-id"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from fm_assets.settings import Settings
-from fm_loader.remote import filesystem_for, iceberg_s3_properties, s3_filesystem
-from fm_loader.retry import with_retries
+from fm_loader.storage.remote import filesystem_for, iceberg_s3_properties, s3_filesystem
+from fm_loader.storage.retry import with_retries
 
 __all__ = [
     "ObjectStore",

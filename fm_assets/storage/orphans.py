@@ -18,7 +18,7 @@ from pyiceberg.table import Table
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.tables import declared_tables, table_spec
-from fm_loader.remote import filesystem_for
+from fm_loader.storage.remote import filesystem_for
 
 DEFAULT_GRACE = dt.timedelta(hours=24)
 

@@ -76,7 +76,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _probe_s3(settings: Settings, timeout_s: float) -> str | None:
-    from fm_loader.remote import s3_filesystem
+    from fm_loader.storage.remote import s3_filesystem
 
     base = s3_filesystem(settings.s3_endpoint)
     kwargs: dict[str, object] = {

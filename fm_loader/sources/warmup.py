@@ -7,7 +7,7 @@ Every shard and the manifest of each set land in the cache verified: a shard fet
 hashed as it streams in; one already there is hashed again (a copy damaged on disk is fetched
 anew). Afterwards `make_dataset(..., cache_dir=...)` serves whole epochs from the cache without
 reading a shard from the object store. Safe beside running trainers and other pre-warms: they
-share the cache's locks (`fm_loader.cache_dir`).
+share the cache's locks (`fm_loader.storage.cache_dir`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fm_loader.cache import is_remote, open_cached
-from fm_loader.cache_dir import default_cache_dir
-from fm_loader.resolve import Location, shard_set_locations, tokenizer_file_hash
 from fm_loader.settings import CatalogLocation, load_loader_settings
+from fm_loader.sources.catalog import Location, shard_set_locations
+from fm_loader.sources.resolve import tokenizer_file_hash
+from fm_loader.storage.cache import is_remote, open_cached
+from fm_loader.storage.cache_dir import default_cache_dir
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """A node's cache directory shared by trainers and pre-warms: locks, quota, pins, LRU eviction.
 
     <cache dir>/fm_cache.json                 optional: {"quota_bytes": N, "pins": {sha: ...}}
-    <cache dir>/<manifest sha256>/            one cached set (`fm_loader.cache`)
+    <cache dir>/<manifest sha256>/            one cached set (`fm_loader.storage.cache`)
     <cache dir>/.evicting-<sha256>-<random>/  a set being deleted (gone in a moment)
 
 Every lock is an flock on a directory that exists anyway, never a lock file, and the kernel drops
@@ -258,7 +258,7 @@ class EntryStatus:
 
 def cache_status(root: Path) -> list[EntryStatus]:
     """Every set in the cache, most recently used first."""
-    from fm_loader.manifest import MANIFEST_NAME, ShardSetManifest
+    from fm_loader.format.manifest import MANIFEST_NAME, ShardSetManifest
 
     pins = read_config(root).pins if root.is_dir() else {}
     out = []

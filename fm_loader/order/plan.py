@@ -1,4 +1,4 @@
-"""Sample order and placement: pure functions of (seed, epoch, source, pass, rank, world, worker).
+"""Sample order inside each source: a pure function of (seed, epoch, source, pass).
 
 Order inside one source, per pass over it (one pass = every sample once):
   1. the source's shards are permuted by (seed, epoch, source, pass);
@@ -6,17 +6,10 @@ Order inside one source, per pass over it (one pass = every sample once):
      samples and each window is permuted by (seed, epoch, source, pass, window).
 A reader therefore only ever needs the few shards under one window, and finding the sample at
 any running index costs O(shards + window), never O(samples).
-
-Placement of the global stream (see `fm_loader.mixture` for which source each position is):
-resuming at global position G0 with world size W, rank r serves positions G0 + r + k*W for
-k = 0, 1, ...; a DataLoader worker w of n serves the rank's k-th sample when
-(k // chunk) % n == w, chunk being the batch size, so a DataLoader that takes whole batches from
-workers in turn hands the trainer the rank's samples in stream order.
 """
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -102,46 +95,3 @@ class SourceOrder:
         shard = shard_order[slot]
         within = concatenated - (ends[slot] - self.shard_sizes[shard])
         return np.asarray(self.shard_starts[shard] + within, dtype=np.int64)
-
-
-def rank_positions(start: int, stop: int, rank: int, world_size: int) -> range:
-    """Global positions in [start, stop) that rank `rank` serves after a (re)start at `start`."""
-    return range(start + rank, stop, world_size)
-
-
-def worker_serves(k: IntArray, chunk: int, worker: int, num_workers: int) -> npt.NDArray[np.bool_]:
-    """Which of a rank's sample numbers `k` (0-based since the restart) worker `worker` serves."""
-    return np.asarray((k // chunk) % num_workers == worker)
-
-
-def placement_batch_size(batch_size: int | None) -> tuple[int, str | None]:
-    """The chunk a dataset places samples on workers by, and who chose it: `make_dataset`, or
-    nobody yet (None: samples are placed one by one until `make_loader` sets its batch size)."""
-    if batch_size is None:
-        return 1, None
-    return batch_size, f"make_dataset(batch_size={batch_size})"
-
-
-def resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """(rank, world_size): explicit, else torch.distributed, else RANK/WORLD_SIZE, else 0/1."""
-    if rank is None or world_size is None:
-        env_rank, env_world = _world_from_environment()
-        rank = env_rank if rank is None else rank
-        world_size = env_world if world_size is None else world_size
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(
-            f"invalid placement rank={rank}, world_size={world_size}: need 0 <= rank < world_size; "
-            "pass rank= and world_size= explicitly or set RANK and WORLD_SIZE"
-        )
-    return rank, world_size
-
-
-def _world_from_environment() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    try:
-        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError as exc:
-        raise ValueError(f"RANK/WORLD_SIZE must be integers: {exc}") from exc

@@ -2,7 +2,8 @@
 
 The base of `ShardSet` (packed token samples) and `TextShards` (documents' text): index.json is
 checked against the set's manifest at construction, and a shard of a cached set that fails its
-checksum is fetched again once (`fm_loader.fetch.RemoteShards`) before the loader gives up.
+checksum is fetched again once (its `Refetch`, `fm_loader.storage.fetch.RemoteShards`) before the
+loader gives up.
 
 A loader's worker processes share what they verified (`VerifiedTable`): the first process to
 hash a shard records the file's identity (inode, size, mtime), and another one mapping the same
@@ -18,18 +19,26 @@ import mmap
 import struct
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from fm_loader.manifest import INDEX_NAME, ShardInfo
+from fm_loader.format.manifest import INDEX_NAME, ShardInfo
 
 if TYPE_CHECKING:
     import torch
 
-    from fm_loader.fetch import RemoteShards
 
 OFFSET_PAIR = struct.Struct("<II")  # MDS: consecutive uint32 sample offsets / column sizes
+
+
+class Refetch(Protocol):
+    """Where a cached set was downloaded from, able to download one of its shards again."""
+
+    @property
+    def uri(self) -> str: ...
+
+    def refetch(self, shard: ShardInfo) -> None: ...
 
 
 class VerifiedTable:
@@ -67,7 +76,7 @@ class MappedShards:
         columns: dict[str, str],
         *,
         rebuild_hint: str,
-        remote: RemoteShards | None = None,
+        remote: Refetch | None = None,
     ) -> None:
         """`remote`: where `directory` was downloaded from when it is a cache entry; a shard
         that fails its checksum is then fetched again once before the loader gives up."""

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
+from fm_loader.format.set_format import SetFormat
+
 MANIFEST_FORMAT_VERSION = 1
 MANIFEST_NAME = "fm_manifest.json"
 INDEX_NAME = "index.json"  # written by mosaicml-streaming's MDSWriter
@@ -88,6 +90,16 @@ class ShardSetManifest:
     num_documents: int  # distinct doc ids
     packing_efficiency: float
     shards: tuple[ShardInfo, ...]
+
+    @property
+    def set_key(self) -> str:
+        return self.shard_set_key
+
+    @property
+    def sample_kind(self) -> str:
+        """What its samples are (`fm_loader.samples.kind`): packed token sequences, the one
+        kind this format version holds."""
+        return "tokens"
 
     def to_json(self) -> str:
         """Canonical JSON (sorted keys, fixed separators) so equal manifests hash equally."""
@@ -199,3 +211,16 @@ def read_manifest_bytes(dir_or_uri: str | Path) -> bytes:
 def read_manifest(dir_or_uri: str | Path) -> ShardSetManifest:
     """Read and validate the manifest of a shard-set directory (a path or file:// URI)."""
     return ShardSetManifest.from_json(read_manifest_bytes(dir_or_uri).decode("utf-8"))
+
+
+def _parse(data: bytes) -> ShardSetManifest:
+    return ShardSetManifest.from_json(data.decode("utf-8"))
+
+
+SHARD_SETS: SetFormat[ShardSetManifest] = SetFormat(
+    noun="shard set",
+    manifest_name=MANIFEST_NAME,
+    catalog_table="shard_sets",
+    parse=_parse,
+    how_to_build="build it with `fm shards build {version} --tokenizer PATH --seq-len N`",
+)

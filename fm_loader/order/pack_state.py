@@ -16,15 +16,14 @@ tokenizer's hash (its file's sha256), seq_len, seed, shuffle window, documents p
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
-from fm_loader.state import STREAM_PINNED, pinned_mismatches
+from fm_loader.order.state import STREAM_PINNED, StreamState
 
 ONLINE_STATE_KIND = "online-pack"
 ONLINE_FORMAT_VERSION = 1
 ONLINE_PLAN_VERSION = "quota-window-groups-v1"
-PINNED = (*STREAM_PINNED, "docs_per_pack")
 
 
 class Consumption:
@@ -83,8 +82,10 @@ class Consumption:
 
 
 @dataclass(frozen=True)
-class OnlineState:
+class OnlineState(StreamState):
     """Where a job stands in the pack groups of one epoch, and what fixes the stream."""
+
+    PINNED: ClassVar[tuple[str, ...]] = (*STREAM_PINNED, "docs_per_pack")
 
     kind: str
     format_version: int
@@ -103,13 +104,6 @@ class OnlineState:
     done: tuple[int, ...]
     partial: tuple[tuple[int, int], ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        for name in ("sources", "content_hashes", "mixture_weights", "done"):
-            out[name] = list(out[name])
-        out["partial"] = [list(p) for p in self.partial]
-        return out
-
     @classmethod
     def from_dict(cls, state: dict[str, Any]) -> OnlineState:
         if state.get("kind") != ONLINE_STATE_KIND:
@@ -121,26 +115,10 @@ class OnlineState:
             raise ValueError(
                 f"unsupported online loader state format_version {state.get('format_version')!r}"
             )
-        expected = {f.name for f in fields(cls)}
-        if set(state) != expected:
-            raise ValueError(f"loader state fields {sorted(state)} differ from {sorted(expected)}")
-        return cls(
-            **{
-                **state,
-                "sources": tuple(state["sources"]),
-                "content_hashes": tuple(state["content_hashes"]),
-                "mixture_weights": tuple(state["mixture_weights"]),
-                "done": tuple(int(g) for g in state["done"]),
-                "partial": tuple((int(g), int(n)) for g, n in state["partial"]),
-            }
-        )
+        return cls.checked(state)
 
     def consumption(self) -> Consumption:
         return Consumption(self.frontier, self.done, self.partial)
-
-    def mismatches(self, other: OnlineState) -> list[str]:
-        """Human-readable differences in the pinned values between two states."""
-        return pinned_mismatches(PINNED, self, other)
 
 
 def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -165,8 +143,9 @@ def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def with_consumption(state: OnlineState, consumption: Consumption) -> OnlineState:
     """`state` with its consumed groups replaced."""
-    values = {f.name: getattr(state, f.name) for f in fields(state)}
-    values["frontier"] = consumption.frontier
-    values["done"] = tuple(sorted(consumption.done))
-    values["partial"] = tuple(sorted(consumption.partial.items()))
-    return OnlineState(**values)
+    return replace(
+        state,
+        frontier=consumption.frontier,
+        done=tuple(sorted(consumption.done)),
+        partial=tuple(sorted(consumption.partial.items())),
+    )

@@ -7,12 +7,12 @@
         fm_manifest.json                            written last: the set is complete
 
 A set is downloaded by one process at a time (an exclusive flock on its entry directory; see
-`fm_loader.cache_dir` for the locks, the quota and eviction); every other trainer or pre-warm of
-the same set waits for it and then reads the same copy. Each shard is written under a hidden
-temporary name and renamed into place only after its sha256 and size matched the manifest, so no
-partial file is ever visible, and a download cut short keeps the shards it finished: the next one
-fetches only what is missing. The entry's name is the hash of the manifest the catalog pinned, and
-a rebuilt set has a new manifest, so a stale copy is never served. Shards are read in place and
+`fm_loader.storage.cache_dir` for the locks, the quota and eviction); every other trainer or
+pre-warm of the same set waits for it and then reads the same copy. Each shard is written under a
+hidden temporary name and renamed into place only after its sha256 and size matched the manifest, so
+no partial file is ever visible, and a download cut short keeps the shards it finished: the next one
+fetches only what is missing. The entry's name is the hash of the manifest the catalog pinned, and a
+rebuilt set has a new manifest, so a stale copy is never served. Shards are read in place and
 re-verified when a process first maps them, as local sets are.
 """
 
@@ -26,39 +26,22 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from fm_loader.cache_dir import (
+from fm_loader.format.manifest import INDEX_NAME, SHARD_SETS
+from fm_loader.format.set_format import SetFormat
+from fm_loader.storage.cache_dir import (
     ENTRY_INFO_NAME,
     default_cache_dir,
     locked,
     make_room,
 )
-from fm_loader.fetch import CacheUse, RemoteShards, file_sha256
-from fm_loader.manifest import INDEX_NAME, MANIFEST_NAME, ShardInfo, ShardSetManifest
-from fm_loader.retry import StorageUnavailable
-from fm_loader.shards import REBUILD_HINT
+from fm_loader.storage.fetch import CacheUse, RemoteShards, file_sha256
+from fm_loader.storage.retry import StorageUnavailable
 
 __all__ = ["default_cache_dir"]
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What kind of set an entry holds: its manifest's name and how to read the manifest."""
-
-    manifest_name: str
-    describe: Callable[[bytes], tuple[str, tuple[ShardInfo, ...], str]]  # key, shards, rebuild
-
-
-def _shard_set(data: bytes) -> tuple[str, tuple[ShardInfo, ...], str]:
-    manifest = ShardSetManifest.from_json(data.decode("utf-8"))
-    rebuild = REBUILD_HINT.format(version=manifest.source_version, seq_len=manifest.seq_len)
-    return manifest.shard_set_key, manifest.shards, rebuild
-
-
-SHARD_SET = Layout(MANIFEST_NAME, _shard_set)
 
 
 def is_remote(location: str) -> bool:
@@ -104,7 +87,7 @@ def open_cached(
     *,
     cache_dir: Path | None,
     s3_endpoint: str | None,
-    layout: Layout = SHARD_SET,
+    set_format: SetFormat[Any] = SHARD_SETS,
     verify_all: bool = False,
 ) -> CachedSet:
     """The entry of the set at `uri` whose manifest hashes to `manifest_sha256`, complete and
@@ -118,22 +101,22 @@ def open_cached(
     """
     root = cache_dir if cache_dir is not None else default_cache_dir()
     entry = root / manifest_sha256
-    remote = RemoteShards(uri, entry, s3_endpoint, layout.manifest_name)
+    remote = RemoteShards(uri, entry, s3_endpoint, set_format.manifest_name)
     use = CacheUse()
-    opening = _Opening(entry, manifest_sha256, remote, layout, use, verify_all)
+    opening = _Opening(entry, manifest_sha256, remote, set_format, use, verify_all)
     while True:
         root.mkdir(parents=True, exist_ok=True)
         entry.mkdir(exist_ok=True)
         fd = os.open(entry, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
-            if _still_there(fd, entry) and _complete(entry, layout):
+            if _still_there(fd, entry) and _complete(entry, set_format):
                 # Shared lock only: other trainers keep reading while a pre-warm re-verifies.
                 _check_entry(opening)
                 _touch(entry)
                 return CachedSet(entry, EntryPin(fd), use)
             fcntl.flock(fd, fcntl.LOCK_EX)  # to download (flock converts: re-check after)
-            if not _still_there(fd, entry) or _complete(entry, layout):
+            if not _still_there(fd, entry) or _complete(entry, set_format):
                 os.close(fd)  # evicted, or completed by another process, while we waited
                 continue
             _fill(opening)
@@ -170,8 +153,8 @@ def _still_there(fd: int, entry: Path) -> bool:
         return False
 
 
-def _complete(entry: Path, layout: Layout) -> bool:
-    return (entry / layout.manifest_name).is_file()
+def _complete(entry: Path, set_format: SetFormat[Any]) -> bool:
+    return (entry / set_format.manifest_name).is_file()
 
 
 @dataclass(frozen=True)
@@ -182,7 +165,7 @@ class _Opening:
     entry: Path
     manifest_sha256: str
     remote: RemoteShards
-    layout: Layout
+    set_format: SetFormat[Any]
     use: CacheUse
     verify_all: bool
 
@@ -190,18 +173,20 @@ class _Opening:
 def _fill(opening: _Opening) -> None:
     """Holding the entry's exclusive lock: fetch every missing (or, with `verify_all`, bad)
     file, the manifest last. A set that is bad in the store leaves no entry behind."""
-    entry, remote, layout, use = opening.entry, opening.remote, opening.layout, opening.use
+    entry, remote, use = opening.entry, opening.remote, opening.use
+    set_format = opening.set_format
     for stale in entry.glob(".*.tmp-*"):  # left by a download that died
         stale.unlink(missing_ok=True)
     started = time.perf_counter()
     try:
         data = remote.manifest_bytes(opening.manifest_sha256)
-        key, shards, _ = layout.describe(data)
+        manifest = set_format.parse(data)
+        shards = manifest.shards
         info = {
             "uri": remote.uri,
             "manifest_sha256": opening.manifest_sha256,
-            "manifest_name": layout.manifest_name,
-            "shard_set_key": key,
+            "manifest_name": set_format.manifest_name,
+            "shard_set_key": manifest.set_key,
             "shard_names": [s.name for s in shards],
             "bytes": sum(s.bytes for s in shards),
         }
@@ -210,11 +195,11 @@ def _fill(opening: _Opening) -> None:
         make_room(entry.parent, keep=entry.name)  # counts this set at its full size
         remote.fetch_index(entry)
         remote.fetch_shards(shards, use, opening.verify_all)
-        _write_atomic(entry / layout.manifest_name, data)
+        _write_atomic(entry / set_format.manifest_name, data)
     except StorageUnavailable:
         raise  # transient: the shards fetched so far stay for the next attempt
     except BaseException:
-        if not _complete(entry, layout):  # nothing of a bad or refused set stays
+        if not _complete(entry, set_format):  # nothing of a bad or refused set stays
             _discard(entry)
         raise
     finally:
@@ -248,11 +233,12 @@ def _check_entry(opening: _Opening) -> None:
     its sha256); otherwise shard contents are verified when the loader first maps them, as for
     local sets.
     """
-    entry, remote, layout, use = opening.entry, opening.remote, opening.layout, opening.use
+    entry, remote, use = opening.entry, opening.remote, opening.use
+    set_format = opening.set_format
     verify_all = opening.verify_all
     fix = f"delete {entry} and the next make_dataset downloads {remote.uri} again"
     try:
-        data = (entry / layout.manifest_name).read_bytes()
+        data = (entry / set_format.manifest_name).read_bytes()
     except OSError as exc:
         raise ValueError(f"cache entry {entry} has no readable manifest ({exc}); {fix}") from exc
     digest = hashlib.sha256(data).hexdigest()
@@ -263,7 +249,7 @@ def _check_entry(opening: _Opening) -> None:
     if not (entry / INDEX_NAME).is_file():
         raise ValueError(f"cache entry {entry} has no {INDEX_NAME}; {fix}")
     started = time.perf_counter()
-    for shard in layout.describe(data)[1]:
+    for shard in set_format.parse(data).shards:
         path = entry / shard.name
         good = path.is_file() and path.stat().st_size == shard.bytes
         if good and verify_all:

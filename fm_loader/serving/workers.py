@@ -1,10 +1,10 @@
 """Worker processes that build a rank's batches in parallel and hand them over in stream order.
 
 Worker w of n builds the rank's batches w, w + n, w + 2n, ... (the dataset's placement,
-`FmDataset.batch_stream`) into its shared-memory slots (`fm_loader.transport`); the trainer takes
-them round-robin, so it sees the rank's stream in order. A worker that reports its end leaves
-the round (with shard sets every other worker then ends at its next turn too; a dataset
-tokenized in the loader places whole pack groups, so its workers end at different times).
+`FmDataset.batch_stream`) into its shared-memory slots (`fm_loader.serving.transport`); the trainer
+takes them round-robin, so it sees the rank's stream in order. A worker that reports its end leaves
+the round (with shard sets every other worker then ends at its next turn too; a dataset tokenized in
+the loader places whole pack groups, so its workers end at different times).
 
 Why not torch's DataLoader: its per-batch machinery (an index queue per worker with a feeder
 thread, a pickled result queue) cost the trainer process about as much CPU as building the batch
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from fm_loader.transport import BATCH, END, BatchSlots, WorkerGone
+from fm_loader.serving.transport import BATCH, END, BatchSlots, WorkerGone
 
 Batch = dict[str, Any]
 _JOIN_S = 5.0

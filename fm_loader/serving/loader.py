@@ -6,41 +6,36 @@
     loader.load_state_dict(checkpoint["data"])   # any world size, any worker count
 
 Each worker process builds whole batches (the dataset's placement gives worker w every n-th
-batch of the rank) and hands them over through shared memory (`fm_loader.workers`,
-`fm_loader.transport`: one reused buffer per batch slot, never a pickled array or a file
+batch of the rank) and hands them over through shared memory (`fm_loader.serving.workers`,
+`fm_loader.serving.transport`: one reused buffer per batch slot, never a pickled array or a file
 descriptor per tensor); the trainer takes them round-robin, so it sees the rank's stream in
-order. Without workers a background thread builds them. Either way up to `prefetch_batches`
-batches are built ahead; the time the trainer waits for the next one is the data stall `metrics`
-reports. The loader counts the samples it handed over: that count is what `state_dict` reports.
+order. Without workers the trainer's own thread builds a batch when it asks, and a background
+thread builds ahead while the trainer idles between batches (`fm_loader.serving.prefetch`). Up
+to `prefetch_batches` batches are built ahead; the time the trainer waits for the next one is
+the data stall `metrics` reports. The loader counts the samples it handed over: that count is
+what `state_dict` reports.
 """
 
 from __future__ import annotations
 
 import multiprocessing.context
-import queue
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
-from fm_loader.blocks import as_tensors
-from fm_loader.dataset import FmDataset
-from fm_loader.mapped import VerifiedTable
-from fm_loader.metrics import LoaderMetrics
-from fm_loader.online import OnlineDataset
-from fm_loader.transport import (
-    BatchSlots,
-    batch_fields,
-    pinned_memory_available,
-    start_method_context,
-)
-from fm_loader.workers import WorkerPool
+from fm_loader.format.mapped import VerifiedTable
+from fm_loader.samples.token_blocks import as_tensors
+from fm_loader.serving.metrics import LoaderMetrics
+from fm_loader.serving.prefetch import Prefetcher
+from fm_loader.serving.stream import StreamDataset
+from fm_loader.serving.transport import BatchSlots, pinned_memory_available, start_method_context
+from fm_loader.serving.workers import WorkerPool
 
 Batch = dict[str, Any]
-Served = FmDataset | OnlineDataset  # shard sets, or text tokenized in the loader
-_DONE = object()
+Served = StreamDataset[Any]  # shard sets, or text tokenized in the loader
+Built = tuple[Batch, int, int, list[float], int]  # batch, samples, tokens, fetches, refetched
 
 
 class FmLoader:
@@ -102,11 +97,7 @@ class FmLoader:
             raise RuntimeError("worker context missing")
         # Fresh slots each epoch: workers of an abandoned epoch may still hold old ones.
         slots = BatchSlots(
-            batch_fields(
-                self.batch_size,
-                self.dataset.seq_len,
-                getattr(self.dataset, "extra_columns", ()),
-            ),
+            self.dataset.slot_fields(self.batch_size),
             self.num_workers,
             self._ahead,
             self._context,
@@ -124,41 +115,43 @@ class FmLoader:
             pool.close()
 
     def _in_process(self) -> Iterator[Batch]:
-        """Without workers a prefetch thread builds the batches: the trainer's thread only waits."""
-        ready: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch_batches)
-        stop = threading.Event()
-        producer = threading.Thread(
-            target=_produce, args=(self.dataset, self.pin_memory, ready, stop), daemon=True
-        )
-        producer.start()
+        """Without workers the trainer's thread builds each batch when it asks, unless a
+        background thread built it ahead while the trainer was idle (`fm_loader.serving.
+        prefetch`)."""
+        prefetcher = Prefetcher(_built(self.dataset, self.pin_memory), self.prefetch_batches)
+        metrics, clock = self.metrics, time.perf_counter
         try:
             while True:
-                depth = ready.qsize()
-                started = time.perf_counter()
-                item = ready.get()
-                if item is _DONE:
-                    self.metrics.record_wait(time.perf_counter() - started, depth)
+                depth = len(prefetcher)
+                started = clock()
+                built = prefetcher.next(started)
+                if built is None:
+                    metrics.record_wait(clock() - started, depth)
                     return
-                if isinstance(item, BaseException):
-                    raise item
-                batch = self._hand_over(item)
-                # The hand-over is the loader's work done on the trainer's thread (and it
-                # contends with the prefetch thread for the GIL): it counts as waiting.
-                self.metrics.record_wait(time.perf_counter() - started, depth)
+                batch, samples, tokens, fetches, refetched = built
+                if refetched:
+                    metrics.record_refetch(refetched)
+                metrics.record_batch(samples, tokens, fetches)
+                self._tracker.add(batch)
+                # Building the batch (or waiting for the thread building it) and handing it
+                # over are the loader's work on the trainer's thread: the trainer waits.
+                handed = clock()
+                metrics.record_wait(handed - started, depth)
+                prefetcher.handed_over(handed)
                 yield batch
         finally:
-            stop.set()
-            producer.join(timeout=30)
+            prefetcher.close()
 
     def _hand_over(self, batch: Batch) -> Batch:
         """Count a batch as consumed as it is handed to the trainer (what state_dict reports)."""
         fetches = batch.pop("shard_fetch_s")
-        self.metrics.record_refetch(batch.pop("shard_refetch_bytes"))
-        samples = len(batch["sample_index"])
+        refetched = batch.pop("shard_refetch_bytes")
+        if refetched:
+            self.metrics.record_refetch(refetched)
         tokens = batch.pop("real_tokens", None)
         if tokens is None:
             tokens = int(batch["num_tokens"].sum())
-        self.metrics.record_batch(samples, tokens, fetches)
+        self.metrics.record_batch(batch["sample_index"].shape[0], tokens, fetches)
         self._tracker.add(batch)
         return batch
 
@@ -175,34 +168,15 @@ class FmLoader:
         self._tracker = self.dataset.tracker()
 
 
-def _produce(
-    dataset: Served, pin_memory: bool, ready: queue.Queue[Any], stop: threading.Event
-) -> None:
-    """Build the rank's batches into `ready` until the epoch ends, fails, or we are stopped."""
-    try:
-        for arrays in dataset.batch_stream(0, 1, arrays=True):
-            arrays["shard_fetch_s"] = dataset.take_fetch_latencies()
-            arrays["shard_refetch_bytes"] = dataset.take_refetched_bytes()
-            batch = as_tensors(arrays)
-            if pin_memory:
-                batch = {k: v.pin_memory() if torch.is_tensor(v) else v for k, v in batch.items()}
-            _put(ready, batch, stop)
-            if stop.is_set():
-                return
-        item: Any = _DONE
-    except BaseException as exc:  # handed to the consumer, which raises it in its own thread
-        item = exc
-    _put(ready, item, stop)
-
-
-def _put(ready: queue.Queue[Any], item: Any, stop: threading.Event) -> None:
-    """Put `item` into `ready` once there is room, unless we are stopped first."""
-    while not stop.is_set():
-        try:
-            ready.put(item, timeout=0.1)
-            return
-        except queue.Full:
-            continue
+def _built(dataset: Served, pin_memory: bool) -> Iterator[Built]:
+    """The rank's batches as tensors, each with its samples and real tokens, and the shard
+    fetches (seconds) and refetched bytes building it cost."""
+    for arrays in dataset.batch_stream(0, 1, arrays=True):
+        samples, tokens = len(arrays["sample_index"]), int(arrays["num_tokens"].sum())
+        batch = as_tensors(arrays)
+        if pin_memory:
+            batch = {k: v.pin_memory() if torch.is_tensor(v) else v for k, v in batch.items()}
+        yield batch, samples, tokens, dataset.take_fetch_latencies(), dataset.take_refetched_bytes()
 
 
 def _placement_batch_size(dataset: Served, batch_size: int | None) -> int:

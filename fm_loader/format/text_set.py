@@ -24,12 +24,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from fm_loader.cache import EntryPin, Layout, is_remote, open_cached
-from fm_loader.fetch import CacheUse, RemoteShards, remote_manifest_sha256
-from fm_loader.manifest import ShardInfo, local_directory
-from fm_loader.mapped import OFFSET_PAIR, MappedShards
-from fm_loader.resolve import VERSION_KEY, catalog_rows
-from fm_loader.settings import CatalogLocation, load_loader_settings
+from fm_loader.format.manifest import ShardInfo, local_directory
+from fm_loader.format.mapped import OFFSET_PAIR, MappedShards
+from fm_loader.format.set_format import SetFormat
 
 TEXT_MANIFEST_NAME = "fm_text_manifest.json"
 TEXT_FORMAT_VERSION = 1
@@ -51,6 +48,10 @@ class TextSetManifest:
     num_documents: int
     num_bytes: int  # UTF-8 bytes of text
     shards: tuple[ShardInfo, ...]
+
+    @property
+    def set_key(self) -> str:
+        return self.text_set_key
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, indent=1) + "\n"
@@ -80,16 +81,17 @@ class TextSetManifest:
         return manifest
 
 
-def _describe(data: bytes) -> tuple[str, tuple[ShardInfo, ...], str]:
-    manifest = TextSetManifest.from_json(data.decode("utf-8"))
-    return (
-        manifest.text_set_key,
-        manifest.shards,
-        EXPORT_HINT.format(version=manifest.source_version),
-    )
+def _parse(data: bytes) -> TextSetManifest:
+    return TextSetManifest.from_json(data.decode("utf-8"))
 
 
-TEXT_SET = Layout(TEXT_MANIFEST_NAME, _describe)  # how the node cache holds a text set
+TEXT_SETS: SetFormat[TextSetManifest] = SetFormat(
+    noun="text set",
+    manifest_name=TEXT_MANIFEST_NAME,
+    catalog_table="text_sets",
+    parse=_parse,
+    how_to_build=EXPORT_HINT,
+)
 
 
 def read_text_manifest(directory: str | Path) -> tuple[TextSetManifest, str]:
@@ -133,55 +135,3 @@ class TextShards(MappedShards):
             doc_ids.append(mapped[at : at + id_size].decode("utf-8"))
             texts.append(mapped[at + id_size : at + id_size + text_size].decode("utf-8"))
         return doc_ids, texts
-
-
-@dataclass(frozen=True)
-class ResolvedTextSet:
-    """A text set located (in place, or complete in the node cache) and its manifest read."""
-
-    source: str
-    directory: Path
-    manifest: TextSetManifest
-    manifest_sha256: str
-    remote: RemoteShards | None = None
-    pin: EntryPin | None = None
-    cache_use: CacheUse | None = None
-
-
-def resolve_text_set(
-    source: str, *, settings: CatalogLocation | None = None, cache_dir: Path | None = None
-) -> ResolvedTextSet:
-    """A version key's text set (through the catalog's `text_sets`), or a text set directory /
-    file:// / s3:// URI; an s3:// set is served from the node cache, like shard sets."""
-    if VERSION_KEY.fullmatch(source):
-        settings = settings or load_loader_settings()
-        rows = catalog_rows(source, settings, "text_sets")
-        if not rows:
-            raise ValueError(
-                f"no text set is registered for {source}: " + EXPORT_HINT.format(version=source)
-            )
-        row = max(rows, key=lambda r: r["created_at"])  # an export again appends a new row
-        uri, digest = str(row["uri"]), str(row["manifest_sha256"])
-    elif is_remote(source):
-        settings = settings or load_loader_settings()
-        uri = source
-        digest = remote_manifest_sha256(source, settings.s3_endpoint, TEXT_MANIFEST_NAME)
-    else:
-        manifest, digest = read_text_manifest(source)
-        return ResolvedTextSet(source, local_directory(source), manifest, digest)
-    if not is_remote(uri):
-        manifest, found = read_text_manifest(uri)
-        if found != digest:
-            raise ValueError(
-                f"the text set of {source} at {uri} has manifest sha256 {found}, the catalog "
-                f"registered {digest}: it changed after it was registered; "
-                + EXPORT_HINT.format(version=source)
-            )
-        return ResolvedTextSet(source, local_directory(uri), manifest, digest)
-    endpoint = settings.s3_endpoint if settings is not None else None
-    cached = open_cached(uri, digest, cache_dir=cache_dir, s3_endpoint=endpoint, layout=TEXT_SET)
-    manifest, _ = read_text_manifest(cached.directory)
-    remote = RemoteShards(uri, cached.directory, endpoint, TEXT_MANIFEST_NAME)
-    return ResolvedTextSet(
-        source, cached.directory, manifest, digest, remote, cached.pin, cached.use
-    )

@@ -24,8 +24,8 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from fm_loader.manifest import ShardSetManifest
-from fm_loader.remote import filesystem_for
+from fm_loader.format.manifest import ShardSetManifest
+from fm_loader.storage.remote import filesystem_for
 
 REVOCATION_NAME = "fm_revoked.json"
 NAMESPACES_NAME = "fm_namespaces.json"

@@ -1,6 +1,6 @@
 """Fetching a set's files from the object store into a cache entry, each one verified.
 
-Used by `fm_loader.cache` (downloads, pre-warms, the refetch of a damaged shard) and by the
+Used by `fm_loader.storage.cache` (downloads, pre-warms, the refetch of a damaged shard) and by the
 platform's checks (a fresh download of what was published).
 """
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from fm_loader.manifest import INDEX_NAME, MANIFEST_NAME, ShardInfo
-from fm_loader.remote import filesystem_for
-from fm_loader.retry import with_retries
+from fm_loader.format.manifest import INDEX_NAME, MANIFEST_NAME, ShardInfo
+from fm_loader.storage.remote import filesystem_for
+from fm_loader.storage.retry import with_retries
 
 DOWNLOAD_THREADS = 8
 _CHUNK = 8 << 20

@@ -1,6 +1,6 @@
 """Random access to the samples of a local shard set, in place, with checksums on first use.
 
-A set served from S3 is read the same way from its local cache entry (`fm_loader.cache`).
+A set served from S3 is read the same way from its local cache entry (`fm_loader.storage.cache`).
 
 Shards are uncompressed MDS files, so we memory-map each one and read a sample's columns in
 place (input_ids as a view, doc_ids as UTF-8, doc_spans in MDS's 1-D ndarray layout), never
@@ -13,17 +13,14 @@ from __future__ import annotations
 import mmap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from fm_loader.manifest import ShardSetManifest, mds_columns
-from fm_loader.mapped import OFFSET_PAIR, MappedShards
-from fm_loader.mds_format import defer_streaming_packages
-
-if TYPE_CHECKING:
-    from fm_loader.fetch import RemoteShards
+from fm_loader.format.manifest import ShardSetManifest, mds_columns
+from fm_loader.format.mapped import OFFSET_PAIR, MappedShards, Refetch
+from fm_loader.format.mds import defer_streaming_packages
 
 REBUILD_HINT = "rebuild it with `fm shards build {version} --tokenizer PATH --seq-len {seq_len}`"
 
@@ -40,7 +37,7 @@ class ShardSet(MappedShards):
     """The shards of one shard set: index.json checked against the manifest at construction."""
 
     def __init__(
-        self, directory: Path, manifest: ShardSetManifest, *, remote: RemoteShards | None = None
+        self, directory: Path, manifest: ShardSetManifest, *, remote: Refetch | None = None
     ) -> None:
         """`remote`: where `directory` was downloaded from when it is a cache entry; a shard
         that fails its checksum is then fetched again once before the loader gives up."""

@@ -14,7 +14,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from fm_loader.retry import retries_so_far
+from fm_loader.storage.retry import retries_so_far
 
 LOG = logging.getLogger("fm_loader")
 STALL_BOUND = 0.05  # above this stall fraction the loader, not the trainer, sets the pace

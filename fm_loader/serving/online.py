@@ -3,17 +3,17 @@
     dataset = make_dataset("chat@v2", tokenizer="experiment.json", seq_len=4096,
                            tokenize_online=True)
 
-The plan is the shard sets' plan with documents in place of samples (`fm_loader.mixture`,
-`fm_loader.plan`): one epoch is a global stream of documents, mixed per position by the quota
-method and shuffled in windows. The stream is cut into pack groups of `docs_per_pack`
-consecutive positions; a group is the unit placed on ranks and workers, tokenized and packed
-(best-fit-decreasing, `fm_loader.packing`) by the worker that serves it, so no process tokenizes
-anything twice. Groups not yet consumed are dealt round-robin to ranks (rank r takes the r-th,
-(r+W)-th, ... of them) and a rank's groups round-robin to its workers.
+The plan is the shard sets' plan with documents in place of samples (`fm_loader.order.mixture`,
+`fm_loader.order.plan`): one epoch is a global stream of documents, mixed per position by the quota
+method and shuffled in windows. The stream is cut into pack groups of `docs_per_pack` consecutive
+positions; a group is the unit placed on ranks and workers, tokenized and packed
+(best-fit-decreasing, `fm_loader.samples.packing`) by the worker that serves it, so no process
+tokenizes anything twice. Groups not yet consumed are dealt round-robin to ranks (rank r takes the
+r-th, (r+W)-th, ... of them) and a rank's groups round-robin to its workers.
 
 A sample is identified by (pack_group, pack_index); every sample carries both and its group's
 sample count (`pack_size`), and the state records which groups were consumed
-(`fm_loader.online_state`), so a checkpoint taken anywhere, with any world size or worker
+(`fm_loader.order.pack_state`), so a checkpoint taken anywhere, with any world size or worker
 count, resumes without serving a sample twice or skipping one. Samples have the same layout as
 a shard set's (`input_ids`, `labels`, `loss_mask`, `position_ids`, `cu_seqlens`, `doc_ids`);
 `source` is the source of a sample's first document (a packed sample may mix sources), and
@@ -28,11 +28,12 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import torch.utils.data
+import torch
 
-from fm_loader.blocks import Block, RawBlock
-from fm_loader.mixture import MixtureSpec, ScheduleCursor
-from fm_loader.online_state import (
+from fm_loader.format.text_set import TextSetManifest, TextShards
+from fm_loader.options import LoaderOptions
+from fm_loader.order.mixture import MixtureSpec, ScheduleCursor
+from fm_loader.order.pack_state import (
     ONLINE_FORMAT_VERSION,
     ONLINE_PLAN_VERSION,
     ONLINE_STATE_KIND,
@@ -41,14 +42,13 @@ from fm_loader.online_state import (
     merge_states,
     with_consumption,
 )
-from fm_loader.open_sets import OpenSets
-from fm_loader.packing import OnlineTokenizer, pack, sample_arrays
-from fm_loader.plan import placement_batch_size
-from fm_loader.text_set import ResolvedTextSet, TextShards
+from fm_loader.samples.kind import Arrays, Batch, Field, Sample
+from fm_loader.samples.packing import OnlineTokenizer, pack, sample_arrays
+from fm_loader.samples.token_blocks import Block, RawBlock
+from fm_loader.samples.tokens import TokenSamples
+from fm_loader.serving.stream import StreamDataset
+from fm_loader.sources.resolve import ResolvedSet
 
-Sample = dict[str, Any]
-Batch = dict[str, Any]
-DEFAULT_DOCS_PER_PACK = 64
 _INDEX_BITS = 20
 
 
@@ -63,51 +63,35 @@ class _Packed:
     source: int
 
 
-class OnlineDataset(torch.utils.data.IterableDataset[Sample], OpenSets[TextShards]):
+class OnlineDataset(StreamDataset[TextShards]):
     """One rank's share of a mixture of text sets, tokenized and packed as it is read."""
 
     extra_columns = ("pack_group", "pack_index", "pack_size")
 
     def __init__(
         self,
-        texts: Sequence[ResolvedTextSet],
+        texts: Sequence[ResolvedSet[TextSetManifest]],
         spec: MixtureSpec,
         tokenizer: OnlineTokenizer,
-        *,
-        rank: int,
-        world_size: int,
-        seq_len: int,
-        seed: int = 0,
-        epoch: int = 0,
-        shuffle_window: int,
-        batch_size: int | None = None,
-        docs_per_pack: int = DEFAULT_DOCS_PER_PACK,
+        options: LoaderOptions,
     ) -> None:
-        super().__init__()
-        if (
-            seq_len < 2
-            or docs_per_pack < 1
-            or seed < 0
-            or shuffle_window < 1
-            or (batch_size is not None and batch_size < 1)
-        ):
-            raise ValueError(
-                "seq_len must be at least 2 and docs_per_pack, shuffle_window and batch_size "
-                f"positive (seed non-negative), got seq_len={seq_len}, "
-                f"docs_per_pack={docs_per_pack}, shuffle_window={shuffle_window}, "
-                f"batch_size={batch_size}, seed={seed}"
-            )
-        self.spec, self.tokenizer = spec, tokenizer
-        self.rank, self.world_size, self.seed = rank, world_size, seed
-        self.seq_len, self.shuffle_window = seq_len, shuffle_window
-        self.docs_per_pack = docs_per_pack
-        self.batch_size, self.batch_size_chosen_by = placement_batch_size(batch_size)
-        self._hold([TextShards(t.directory, t.manifest, remote=t.remote) for t in texts], texts)
-        sizes = [len(t) for t in self._sets]
-        self._weights = spec.integer_weights(sizes)
-        self.epoch_length = spec.epoch_length(sizes)  # documents
-        self.num_groups = -(-self.epoch_length // docs_per_pack)
-        self.set_epoch(epoch)
+        if options.seq_len is None:
+            raise ValueError("a dataset tokenized in the loader needs seq_len=N to pack into")
+        self.tokenizer = tokenizer
+        self._seq_len = options.seq_len
+        self.kind = TokenSamples(options.seq_len)
+        self.docs_per_pack = options.docs_per_pack
+        sets = [TextShards(t.directory, t.manifest, remote=t.remote) for t in texts]
+        super().__init__(sets, texts, spec, options)  # the stream's positions are documents
+        self.num_groups = -(-self.epoch_length // self.docs_per_pack)
+
+    @property
+    def seq_len(self) -> int:
+        return self._seq_len
+
+    @property
+    def tokenizer_hash(self) -> str:
+        return self.tokenizer.tokenizer_hash
 
     def __len__(self) -> int:
         raise TypeError(
@@ -115,10 +99,10 @@ class OnlineDataset(torch.utils.data.IterableDataset[Sample], OpenSets[TextShard
             "has tokenized them; count batches as they come"
         )
 
-    def set_epoch(self, epoch: int) -> None:
-        if epoch < 0:
-            raise ValueError(f"epoch must be non-negative, got {epoch}")
-        self.epoch = epoch
+    def slot_fields(self, batch_size: int) -> dict[str, Field]:
+        return self.kind.slot_fields(batch_size, self.extra_columns)
+
+    def _restart_epoch(self) -> None:
         self._start = Consumption()  # what was consumed before this (re)start
         self._yielded = Consumption()  # in-process iteration since
 
@@ -137,7 +121,7 @@ class OnlineDataset(torch.utils.data.IterableDataset[Sample], OpenSets[TextShard
 
     def _packed(self, worker: int, num_workers: int) -> Iterator[_Packed | int]:
         """This worker's samples, group by group (a bare group number: it packed into none)."""
-        orders = self._source_orders(self.seed, self.epoch, self.shuffle_window)
+        orders = self._source_orders()
         cursor = ScheduleCursor(self._weights)
         for group in self._my_groups(worker, num_workers):
             start = group * self.docs_per_pack
@@ -186,7 +170,7 @@ class OnlineDataset(torch.utils.data.IterableDataset[Sample], OpenSets[TextShard
             )
         return out
 
-    def _block(self, items: list[_Packed], out: dict[str, npt.NDArray[Any]] | None = None) -> Block:
+    def _block(self, items: list[_Packed], out: Arrays | None = None) -> Block:
         raw = RawBlock(
             np.stack([p.input_ids for p in items]),
             [p.spans for p in items],
@@ -194,7 +178,7 @@ class OnlineDataset(torch.utils.data.IterableDataset[Sample], OpenSets[TextShard
             np.array([(p.group << _INDEX_BITS) + p.index for p in items], dtype=np.int64),
             np.array([p.source for p in items], dtype=np.int64),
         )
-        return Block(raw, out)
+        return self.kind.build(raw, out)
 
     # -- iteration -----------------------------------------------------------------------------
     def batch_stream(
@@ -203,7 +187,7 @@ class OnlineDataset(torch.utils.data.IterableDataset[Sample], OpenSets[TextShard
         num_workers: int = 1,
         *,
         arrays: bool = False,
-        out: Callable[[int], dict[str, npt.NDArray[Any]]] | None = None,
+        out: Callable[[int], Arrays] | None = None,
     ) -> Iterator[Batch]:
         """Collated batches of `batch_size` samples this rank and worker serve (numpy arrays with
         `arrays=True`), each with its samples' pack_group, pack_index and pack_size and the
@@ -234,9 +218,7 @@ class OnlineDataset(torch.utils.data.IterableDataset[Sample], OpenSets[TextShard
             if item is None:
                 return
 
-    def __iter__(self) -> Iterator[Sample]:
-        info = torch.utils.data.get_worker_info()
-        worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
+    def worker_stream(self, worker: int, num_workers: int) -> Iterator[Sample]:
         self._yielded = Consumption()
         for batch in self.batch_stream(worker, num_workers, arrays=True):
             block_rows = len(batch["pack_group"])
@@ -278,42 +260,28 @@ class OnlineDataset(torch.utils.data.IterableDataset[Sample], OpenSets[TextShard
         its ranks' (`fm_loader.merge_states`)."""
         merged = self._start.copy()
         merged.merge(consumed if consumed is not None else self._yielded)
-        return with_consumption(self._state(), merged).to_dict()
+        return with_consumption(self._pinned(), merged).to_dict()
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume a job's (merged) state with any world size and worker count; refuses a state
-        of another stream (sources, their text, mixture, tokenizer, seq_len, seed, window, group
-        size)."""
-        theirs = OnlineState.from_dict(state)
-        problems = self._state().mismatches(theirs)
-        if problems:
-            raise ValueError(
-                "loader state does not match this dataset: " + "; ".join(problems) + ". Resume "
-                "with the same sources, tokenizer, mixture, seq_len, seed and docs_per_pack"
-            )
-        self.epoch = theirs.epoch
-        self._start = theirs.consumption()
-        self._yielded = Consumption()
-
-    def _state(self) -> OnlineState:
+    def _pinned(self) -> OnlineState:
         return OnlineState(
             kind=ONLINE_STATE_KIND,
             format_version=ONLINE_FORMAT_VERSION,
             plan_version=ONLINE_PLAN_VERSION,
-            sources=self.spec.keys,
-            content_hashes=self.content_hashes,
-            mixture_mode=self.spec.mode,
-            mixture_weights=self.spec.weights,
-            tokenizer_hash=self.tokenizer.tokenizer_hash,
-            seq_len=self.seq_len,
-            seed=self.seed,
-            shuffle_window=self.shuffle_window,
             docs_per_pack=self.docs_per_pack,
             epoch=self.epoch,
             frontier=0,
             done=(),
             partial=(),
+            **self.stream_pins(),
         )
+
+    def _parse(self, state: dict[str, Any]) -> OnlineState:
+        return OnlineState.from_dict(state)
+
+    def _resume(self, theirs: OnlineState) -> None:
+        self.epoch = theirs.epoch
+        self._start = theirs.consumption()
+        self._yielded = Consumption()
 
 
 class PackTracker:

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from fm_loader.loader import Served, make_loader
-from fm_loader.metrics import STALL_BOUND
+from fm_loader.serving.loader import Served, make_loader
+from fm_loader.serving.metrics import STALL_BOUND
 
 Batch = dict[str, Any]
 _TRAINING = ("input_ids", "labels", "loss_mask", "position_ids")

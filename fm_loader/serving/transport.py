@@ -34,11 +34,11 @@ import multiprocessing
 import multiprocessing.connection
 import multiprocessing.context
 import pickle
+import struct
 import threading
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,45 +46,12 @@ import numpy.typing as npt
 import torch
 import torch.multiprocessing  # registers the file-descriptor sharing of tensors for spawn
 
+from fm_loader.samples.kind import Field
+
 _ALIGN = 64
 _HEADER = 64  # bytes: int64 status, int64 tail length
+_HEAD = struct.Struct("<qq")
 BATCH, END, FAILED, TAIL_IN_PIPE = 0, 1, 2, 3
-
-
-@dataclass(frozen=True)
-class Field:
-    """One array of a batch: its dtype and the largest shape it can take."""
-
-    dtype: str
-    max_shape: tuple[int, ...]
-
-    @property
-    def itemsize(self) -> int:
-        return np.dtype(self.dtype).itemsize
-
-    @property
-    def max_bytes(self) -> int:
-        return math.prod(self.max_shape) * self.itemsize
-
-
-def batch_fields(batch_size: int, seq_len: int, extra: tuple[str, ...] = ()) -> dict[str, Field]:
-    """The arrays of a `Block.batch_arrays()` batch (plus int64 [B] columns `extra`).
-
-    cu_seqlens holds at most one boundary per position plus the leading 0.
-    """
-    rows = (batch_size, seq_len)
-    fields = {
-        "input_ids": Field("int64", rows),
-        "labels": Field("int64", rows),
-        "position_ids": Field("int64", rows),
-        "loss_mask": Field("bool", rows),
-        "cu_seqlens": Field("int32", (batch_size * seq_len + 1,)),
-        "sample_index": Field("int64", (batch_size,)),
-        "num_tokens": Field("int64", (batch_size,)),
-        "source": Field("int64", (batch_size,)),
-    }
-    fields.update({name: Field("int64", (batch_size,)) for name in extra})
-    return fields
 
 
 class WorkerGone(RuntimeError):
@@ -118,6 +85,7 @@ class BatchSlots:
             at += -(-field.max_bytes // _ALIGN) * _ALIGN
         self.slot_bytes = at
         self.slots_per_worker = slots_per_worker
+        self._rows = tuple(name for name, f in self.fields.items() if len(f.max_shape) == 2)
         # One buffer per (worker, slot); share_memory_() unlinks the name at once.
         self.buffers = [
             [_shared(torch.empty(at, dtype=torch.uint8)) for _ in range(slots_per_worker)]
@@ -135,14 +103,16 @@ class BatchSlots:
         self._posted = [0] * num_workers  # worker side: batches posted; trainer side: taken
         self._lent = [0] * num_workers  # trainer side: slots whose batch the caller still holds
         self._lock = threading.Lock()
-        self._raw: dict[tuple[int, int], npt.NDArray[Any]] = {}  # this process's views
-        self._claimed: npt.NDArray[np.uint8] | None = None  # worker side: claimed, not posted
-        self._claimed_slot = 0
+        # This process's numpy views: of each slot, and of each field of a slot at its largest.
+        self._raw: dict[tuple[int, int], npt.NDArray[Any]] = {}
+        self._views: dict[tuple[int, int], dict[str, npt.NDArray[Any]]] = {}
+        self._claimed: int | None = None  # worker side: the slot claimed, not posted yet
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         del state["_lock"]  # trainer-side bookkeeping: spawned workers never use it
-        state["_raw"] = {}  # numpy views of the buffers would pickle as copies
+        # Numpy views of the buffers would pickle as copies: each process makes its own.
+        state["_raw"], state["_views"] = {}, {}
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -165,44 +135,53 @@ class BatchSlots:
         start, dtype, itemsize = self.places[name]
         return raw[start : start + math.prod(shape) * itemsize].view(dtype).reshape(shape)
 
+    def _field_views(self, worker: int, slot: int) -> dict[str, npt.NDArray[Any]]:
+        """Every field of a slot at its largest shape (made once: a batch takes a prefix)."""
+        views = self._views.get((worker, slot))
+        if views is None:
+            raw = self._slot(worker, slot)
+            views = {name: self._slice(raw, name, f.max_shape) for name, f in self.fields.items()}
+            self._views[(worker, slot)] = views
+        return views
+
     # -- worker side --------------------------------------------------------------------
     def claim(
         self, worker: int, count: int, alive: Callable[[], bool]
     ) -> dict[str, npt.NDArray[Any]]:
-        """Wait for this worker's next free slot; its [count, seq_len] arrays to build into."""
-        raw = self._claim(worker, alive)
-        self._claimed = raw
-        return {
-            name: self._slice(raw, name, (count, *field.max_shape[1:]))
-            for name, field in self.fields.items()
-            if len(field.max_shape) == 2
-        }
+        """Wait for this worker's next free slot; its [count, ...] 2-D arrays to build into."""
+        slot = self._claimed = self._claim(worker, alive)
+        views = self._field_views(worker, slot)
+        return {name: views[name][:count] for name in self._rows}
 
     def put(self, worker: int, batch: dict[str, Any], alive: Callable[[], bool]) -> None:
         """Post a batch in this worker's claimed slot (`claim`), or in its next free one: arrays
         already built in the slot stay, other arrays the layout holds are copied in."""
-        raw = self._claimed if self._claimed is not None else self._claim(worker, alive)
+        slot = self._claimed if self._claimed is not None else self._claim(worker, alive)
         self._claimed = None
+        raw, views = self._slot(worker, slot), self._field_views(worker, slot)
         shapes: dict[str, tuple[int, ...]] = {}
         small: dict[str, Any] = {}
         for name, value in batch.items():
-            field = self.fields.get(name)
-            fits = (
-                field is not None
-                and isinstance(value, np.ndarray)
-                and value.ndim == len(field.max_shape)
-                and all(n <= m for n, m in zip(value.shape, field.max_shape, strict=True))
-            )
-            if not fits:
+            full = views.get(name)
+            if full is None or not isinstance(value, np.ndarray) or value.ndim != full.ndim:
                 small[name] = value  # small values, or an array the layout does not know
                 continue
-            target = self._slice(raw, name, value.shape)
-            if not (
-                value.ctypes.data == target.ctypes.data and value.dtype == target.dtype
-            ):  # not built in place
+            shape = value.shape
+            if shape[1:] == full.shape[1:] and shape[0] <= full.shape[0]:
+                target = full[: shape[0]]
+            elif all(n <= m for n, m in zip(shape, full.shape, strict=True)):
+                target = self._slice(raw, name, shape)
+            else:
+                small[name] = value  # larger than the layout holds: it travels pickled
+                continue
+            if (
+                value.base is not raw  # not a view of this slot: certainly not built in place
+                or value.dtype != target.dtype
+                or value.ctypes.data != target.ctypes.data
+            ):
                 np.copyto(target, value, casting="unsafe")
-            shapes[name] = value.shape
-        self._post(worker, raw, BATCH, pickle.dumps((shapes, small), protocol=5))
+            shapes[name] = shape
+        self._post(worker, slot, BATCH, pickle.dumps((shapes, small), protocol=5))
 
     def put_end(self, worker: int, alive: Callable[[], bool]) -> None:
         self._post(worker, self._claim(worker, alive), END, b"")
@@ -210,18 +189,17 @@ class BatchSlots:
     def put_failure(self, worker: int, error: BaseException, trace: str) -> None:
         """Report the worker's exception (waiting for a slot at most a few seconds)."""
         try:
-            raw = self._claim(worker, lambda: True, give_up_s=5.0)
+            slot = self._claim(worker, lambda: True, give_up_s=5.0)
         except WorkerGone:
             return
         try:
             payload = pickle.dumps((error, trace))
         except Exception:  # an exception that does not pickle: keep its text
             payload = pickle.dumps((RuntimeError(f"{type(error).__name__}: {error}"), trace))
-        self._post(worker, raw, FAILED, payload)
+        self._post(worker, slot, FAILED, payload)
 
-    def _claim(
-        self, worker: int, alive: Callable[[], bool], give_up_s: float | None = None
-    ) -> npt.NDArray[np.uint8]:
+    def _claim(self, worker: int, alive: Callable[[], bool], give_up_s: float | None = None) -> int:
+        """The number of this worker's next free slot, marked in use."""
         if not alive():
             raise WorkerGone(f"worker {worker}: stopped")
         waited = 0.0
@@ -233,20 +211,19 @@ class BatchSlots:
         in_use = self._table()[worker][: self.slots_per_worker]
         slot = int(np.flatnonzero(in_use == 0)[0])  # the semaphore says one is free
         in_use[slot] = 1
-        self._claimed_slot = slot
-        return self._slot(worker, slot)
+        return slot
 
-    def _post(self, worker: int, raw: npt.NDArray[np.uint8], status: int, tail: bytes) -> None:
+    def _post(self, worker: int, slot: int, status: int, tail: bytes) -> None:
         count = self.slots_per_worker
-        self._table()[worker][count + self._posted[worker] % count] = self._claimed_slot
+        self._table()[worker, count + self._posted[worker] % count] = slot
         self._posted[worker] += 1
-        header = raw[:16].view(np.int64)
+        raw = self._slot(worker, slot)
         if len(tail) <= self.tail_bytes:
             raw[_HEADER : _HEADER + len(tail)] = np.frombuffer(tail, np.uint8)
-            header[0], header[1] = status, len(tail)
+            _HEAD.pack_into(raw.data, 0, status, len(tail))
             self.ready[worker].release()
         else:  # rare (thousands of documents in one batch): the tail goes through the pipe
-            header[0], header[1] = TAIL_IN_PIPE, status
+            _HEAD.pack_into(raw.data, 0, TAIL_IN_PIPE, status)
             self.ready[worker].release()
             self.tail_writers[worker].send_bytes(tail)
 
@@ -271,15 +248,16 @@ class BatchSlots:
         slot's memory (freed when the caller drops them) or a copy (pinned memory, or too
         many slots held) freed at once. For END: None; for FAILED: (exception, trace)."""
         count = self.slots_per_worker
-        slot = int(self._table()[worker][count + self._posted[worker] % count])
+        slot = int(self._table()[worker, count + self._posted[worker] % count])
         self._posted[worker] += 1
         raw = self._slot(worker, slot)
-        status, length = (int(v) for v in raw[:16].view(np.int64))
+        status, length = _HEAD.unpack_from(raw.data, 0)
         self.room[worker].release()  # taken: the worker may build one more ahead
+        tail: Any
         if status == TAIL_IN_PIPE:
             status, tail = length, self.tail_readers[worker].recv_bytes()
         else:
-            tail = raw[_HEADER : _HEADER + length].tobytes()
+            tail = raw[_HEADER : _HEADER + length]  # read before the slot is freed
         if status != BATCH:
             self._free(worker, slot)
             return status, pickle.loads(tail) if status == FAILED else None
@@ -289,8 +267,8 @@ class BatchSlots:
             if lending:
                 self._lent[worker] += 1
         if lending:
-            # A fresh owner of the slot's memory: numpy names it as the base of every view and
-            # torch's storages keep those views, so it dies with the last of them, freeing the slot.
+            # A fresh owner of the slot's memory: every tensor of the batch keeps it alive, so it
+            # dies with the last of them, freeing the slot.
             buffer = self.buffers[worker][slot]
             lease: Any = _lease_type(self.slot_bytes).from_address(buffer.data_ptr())
             lease.buffer = buffer  # the shared memory stays mapped while anything uses it
