@@ -1,5 +1,6 @@
-"""The trainer's loader metrics over HTTP (`fm_loader.prometheus.serve`), as Prometheus scrapes
-them: a real loader over a shard set, scraped on loopback before and after it hands batches out.
+"""The trainer's loader metrics over HTTP (`fm_loader.serving.prometheus.serve`), as Prometheus
+scrapes them: a real loader over a shard set, scraped on loopback before and after it hands
+batches out.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fm_loader import make_dataset, make_loader
-from fm_loader.prometheus import serve
+from fm_loader.serving.prometheus import serve
 from tests.shard_sets import build, synthetic_docs
 
 

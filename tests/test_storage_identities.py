@@ -253,9 +253,9 @@ def test_a_cloud_trainer_is_refused_on_device_and_quarantined_objects(
 def test_a_cloud_trainer_reads_what_make_dataset_reads_of_cloud_data(
     store: IdentityStore, committed: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Through the loader's own client (`fm_loader.remote`, the standard AWS credential chain):
-    cloud shard and text sets and the platform's shard_sets table, and no landed data."""
-    from fm_loader.remote import filesystem_for
+    """Through the loader's own client (`fm_loader.storage.remote`, the standard AWS credential
+    chain): cloud shard and text sets and the platform's shard_sets table, and no landed data."""
+    from fm_loader.storage.remote import filesystem_for
 
     for name, value in store.env("fm-trainers-cloud").items():
         monkeypatch.setenv(name, value)

@@ -110,7 +110,7 @@ def render(
         )
     lines += [
         "",
-        f"**Goal** (issue 32): the stage ≥ 1.0× img2dataset's resizer + `imagehash.phash` per "
+        f"**Goal**: the stage ≥ 1.0× img2dataset's resizer + `imagehash.phash` per "
         f"core for the same work: {met(median(cpu_ratio) >= 1.0)} "
         f"({median_and_range(cpu_ratio)}× on CPU seconds).",
         "",

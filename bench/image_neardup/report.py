@@ -82,7 +82,7 @@ def render(
     drop_share = len(default.dropped) / n_distinct
     lines += [
         "",
-        f"**Goals** at the default distance {DEFAULT_DISTANCE} (issue 32): recall of planted "
+        f"**Goals** at the default distance {DEFAULT_DISTANCE}: recall of planted "
         f"near-duplicates ≥ {RECALL_GOAL}: {met(default.recall >= RECALL_GOAL)} "
         f"({default.recall:.3f}); distinct images dropped ≤ {DROP_GOAL:.0%}: "
         f"{met(drop_share <= DROP_GOAL)} ({drop_share:.1%} of {n_distinct}; one drop would be "

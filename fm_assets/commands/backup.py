@@ -230,7 +230,7 @@ def missing_metadata(settings: Settings) -> list[str]:
     import sqlalchemy as sa
 
     from fm_assets.defs.instance import psycopg2_url
-    from fm_loader.remote import filesystem_for
+    from fm_loader.storage.remote import filesystem_for
 
     engine = sa.create_engine(psycopg2_url(settings.catalog_uri))
     try:

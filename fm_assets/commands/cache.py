@@ -2,8 +2,8 @@
 
 `fm cache prewarm` materializes the `shard_set_cache` asset of each shard set (so the pre-warm
 shows in the Dagster UI and a run's launch can depend on it); the other subcommands read and
-change the cache directory itself (`fm_loader.cache_dir`). Platform modules are imported inside
-each command: `fm --help` must stay fast.
+change the cache directory itself (`fm_loader.storage.cache_dir`). Platform modules are
+imported inside each command: `fm --help` must stay fast.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ keeps (no process of the platform needs to push anything):
   other source's metrics are still served).
 
 The trainer side (stall, throughput, prefetch depth) is exposed by the trainer process itself:
-`fm_loader.prometheus`. Alert rules over both: deploy/prometheus/alerts.yaml.
+`fm_loader.serving.prometheus`. Alert rules over both: deploy/prometheus/alerts.yaml.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ Layout of a shard set directory:
     index.json                            MDS index (columns, per-shard sizes and sha256)
     fm_manifest.json                      our manifest, written last: present == complete
 
-The MDS columns are the on-disk contract with `fm_loader` (see `fm_loader.manifest.mds_columns`).
+The MDS columns are the on-disk contract with `fm_loader` (see
+`fm_loader.format.manifest.mds_columns`).
 """
 
 from __future__ import annotations

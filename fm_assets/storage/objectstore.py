@@ -1,6 +1,6 @@
 """The object store: one root on a local directory or `s3://`, with atomic writes.
 
-URIs are reached through `fm_loader.remote` (the loader reads shard sets the same way); S3
+URIs are reached through `fm_loader.storage.remote` (the loader reads shard sets the same way); S3
 credentials come from the standard AWS chain, the endpoint of an S3-compatible store from
 `FM_S3_ENDPOINT`.
 """

@@ -1,7 +1,7 @@
 """The loader's figures (`LoaderMetrics`) as Prometheus metrics, served by the trainer's process.
 
     loader = fm_loader.make_loader(dataset, batch_size=8)
-    fm_loader.prometheus.serve(loader.metrics, port=9400, rank=rank)   # or:
+    fm_loader.serving.prometheus.serve(loader.metrics, port=9400, rank=rank)   # or:
     prometheus_client.REGISTRY.register(LoaderCollector(loader.metrics, rank=rank))
 
 Counters let Prometheus compute the stall over any window: `rate(fm_loader_wait_seconds_total[10m])
@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from fm_loader.metrics import LoaderMetrics
+from fm_loader.serving.metrics import LoaderMetrics
 
 
 class LoaderCollector:
