@@ -226,3 +226,16 @@ def file_checksums(settings: Settings, paths: list[str]) -> dict[str, tuple[str,
             for row in connection.execute(query).mappings():
                 found[row["path"]] = (row["sha256"], int(row["size"]))
     return found
+
+
+def forget_file_checksums(settings: Settings, paths: list[str]) -> None:
+    """Drop the pins of files that are being deleted (catalog maintenance): no snapshot
+    references them any more, so nothing will verify them."""
+    with _engine(settings).begin() as connection:
+        for start in range(0, len(paths), 500):
+            connection.execute(
+                sa.delete(FILE_CHECKSUMS).where(
+                    FILE_CHECKSUMS.c.namespace == settings.namespace,
+                    FILE_CHECKSUMS.c.path.in_(paths[start : start + 500]),
+                )
+            )
