@@ -19,6 +19,7 @@ import time
 from collections.abc import Collection
 
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import TableProperties
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.update import (
@@ -63,8 +64,11 @@ def expirable(
     ]
 
 
-def expire(settings: Settings, ref: TableRef, snapshot_ids: Collection[int]) -> int:
-    """Remove `snapshot_ids` from the table (those a ref names meanwhile are kept); return how
+def expire(
+    settings: Settings, ref: TableRef, snapshot_ids: Collection[int], metadata_versions: int
+) -> int:
+    """Remove `snapshot_ids` from the table (those a ref names meanwhile are kept), and keep
+    `metadata_versions` previous metadata files in its log from the next commit on; return how
     many were removed (0 when writers kept winning the commit: the next run tries again)."""
     wanted = set(snapshot_ids)
     if not wanted:
@@ -84,7 +88,12 @@ def expire(settings: Settings, ref: TableRef, snapshot_ids: Collection[int]) -> 
             AssertRefSnapshotId(ref=MAIN_BRANCH, snapshot_id=metadata.current_snapshot_id),  # type: ignore[call-arg]
         )
         updates = (
-            SetPropertiesUpdate(updates={EXPIRED_PROPERTY: EXPIRED_TABLE}),
+            SetPropertiesUpdate(
+                updates={
+                    EXPIRED_PROPERTY: EXPIRED_TABLE,
+                    TableProperties.METADATA_PREVIOUS_VERSIONS_MAX: str(metadata_versions),
+                }
+            ),
             RemoveSnapshotsUpdate(snapshot_ids=todo),  # type: ignore[call-arg]
         )
         try:

@@ -25,15 +25,24 @@ class MaintenancePolicy:
     max_partitions: int = 32  # partitions of one table merged per run (the rest: next run)
     manifest_entries: int = 20_000  # entries per manifest when manifests are merged
     merge_manifests_at: int = 16  # manifests of a snapshot that start a merge
+    # Previous metadata files a table's metadata log keeps (Iceberg's
+    # write.metadata.previous-versions-max, set by the expiry commit); older ones are deleted.
+    metadata_versions: int = 10
 
     def __post_init__(self) -> None:
         if self.retention < dt.timedelta(0) or self.grace < dt.timedelta(0):
             raise ValueError(
                 f"retention ({self.retention}) and grace ({self.grace}) must not be negative"
             )
-        if self.min_files < 2 or self.manifest_entries < 1 or self.merge_manifests_at < 2:
+        if (
+            self.min_files < 2
+            or self.manifest_entries < 1
+            or self.merge_manifests_at < 2
+            or (self.metadata_versions < 1)
+        ):
             raise ValueError(
-                "min_files and merge_manifests_at must be at least 2, manifest_entries at least 1"
+                "min_files and merge_manifests_at must be at least 2, manifest_entries and "
+                "metadata_versions at least 1"
             )
 
     @classmethod

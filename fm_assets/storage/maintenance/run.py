@@ -135,7 +135,7 @@ def maintain_table(
             update={"snapshots": [s for s in metadata.snapshots if s.snapshot_id not in doomed]}
         )
     elif doomed:
-        expire(settings, ref, doomed)
+        expire(settings, ref, doomed, policy.metadata_versions)
         table = load(settings, ref)
         metadata = table.metadata
 
