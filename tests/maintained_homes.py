@@ -1,10 +1,11 @@
 """Small FM_HOMEs with some history, for the catalog-maintenance tests, and what they read.
 
-`build_home` lands a few JSONL batches the test writes, runs every stage of each on Ray (as a
-Dagster run of the batch calls them), cuts versions over them and reruns a stage of the last
-batch under another tokenizer and back: tables with pinned snapshots, superseded ones and
-replaced partitions. `readings` checksums everything a reader sees: every version's rows of
-every document table and of the other tables it reads, and every table as it stands.
+`build_home` registers two small eval sets, lands a few JSONL batches the test writes, runs
+every stage of each on Ray (as a Dagster run of the batch calls them), cuts versions over them
+and reruns a stage of the last batch under another tokenizer and back: tables with pinned
+snapshots, superseded ones and replaced partitions. `readings` checksums everything a reader
+sees: every version's rows of every document table and of the other tables it reads, and every
+table as it stands.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fm_assets.commands import operations
+from fm_assets.contamination.store import register_benchmark
 from fm_assets.execution import pipeline
 from fm_assets.execution.runner import run_stage
 from fm_assets.registries.tokenizers import register_tokenizer
@@ -77,6 +79,12 @@ def _notes(path: Path, batch: int, documents: int) -> Path:
     return path
 
 
+def _quiz(path: Path) -> Path:
+    items = [{"q": f"What is {a} plus {b}?", "a": str(a + b)} for a, b in ((2, 3), (7, 11))]
+    path.write_text("".join(json.dumps(item) + "\n" for item in items))
+    return path
+
+
 def land_and_run(settings: Settings, directory: Path, batch: int, documents: int = 12) -> str:
     """Land a batch of `documents` notes and run every stage of it; return its id."""
     notes = _notes(directory / f"notes-{batch}.jsonl", batch, documents)
@@ -93,6 +101,8 @@ def build_home(home: Path) -> Home:
     with environment(env):
         settings = load_settings(env)
         register_tokenizer(settings, NEOX_TOKENIZER, make_default=True)
+        for name in ("quiz-a", "quiz-b"):  # the decontamination stage matches against them
+            register_benchmark(settings, name, _quiz(home.parent / f"{name}.jsonl"), ["q", "a"])
         batches = [land_and_run(settings, home.parent, i) for i in range(2)]
         create_version(settings, "web@v1", batches[:1], run_id=None)
         create_version(settings, "web@v2", batches, run_id=None)

@@ -13,7 +13,9 @@ import pytest
 
 from fm_assets.checks.documents import records_accounted_for
 from fm_assets.checks.integrity import verify
+from fm_assets.contamination.store import registry_ref
 from fm_assets.execution import pipeline
+from fm_assets.execution.runner import up_to_date
 from fm_assets.shards.trace import stage_code_versions
 from fm_assets.storage import bookkeeping, catalog
 from fm_assets.storage.batch_history import may_hold_rows
@@ -48,6 +50,7 @@ class Maintained:
     paths_before: dict[str, set[str]]
     stage_runs: list[dict[str, object]]
     code_versions: dict[str, dict[str, dict[str, str]]]
+    content_keys: dict[str, object]  # `_content_keys` before maintenance
     replaced_files: set[str]  # data files of the final stage's partition that a rerun replaced
     dry: MaintenanceReport
     paths_after_dry: dict[str, set[str]]
@@ -78,14 +81,31 @@ def maintained(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> I
             key: stage_code_versions(settings, require_version(settings, key))
             for key in home.versions
         }
+        keys = _content_keys(home)
         before, paths = readings(settings), table_paths(settings)
         dry = maintain(settings, NOW, dry_run=True)
         paths_after_dry = table_paths(settings)
         first = maintain(settings, NOW)
         second = maintain(settings, NOW)
         yield Maintained(
-            home, before, paths, runs, versions, replaced, dry, paths_after_dry, first, second
+            home, before, paths, runs, versions, keys, replaced, dry, paths_after_dry, first, second
         )
+
+
+def _content_keys(home: Home) -> dict[str, object]:
+    """What decides whether a stage must run again: each stage's key for each batch (with the
+    contamination registry's snapshot ids in decontamination's), and the registry's ref."""
+    keys: dict[str, object] = {"registry": registry_ref(home.settings)}
+    with environment(home.env):
+        for batch in home.batches:
+            for stage in pipeline.STAGE_NAMES:
+                keys[f"{batch} {stage}"] = up_to_date(home.settings, stage, batch)
+    return keys
+
+
+def test_no_stage_of_any_batch_is_out_of_date_after_maintenance(maintained: Maintained) -> None:
+    assert _content_keys(maintained.home) == maintained.content_keys
+    assert all(maintained.content_keys.values())  # every stage was current to begin with
 
 
 def test_every_version_and_table_reads_the_same_rows_and_verifies(maintained: Maintained) -> None:

@@ -10,6 +10,7 @@ commit lists again. A rewrite merges:
   longer declares keep their values), in the order they were committed; a table whose readers
   skip row groups by statistics (`SORTED_BY`) gets its merged rows sorted that way, and a
   table that compacts itself (`COMPACTS_ITSELF`) is left alone;
+  a table whose current snapshot id is a content key (`KEYED_BY_SNAPSHOT`) is not rewritten;
 - the manifests, when a snapshot has `merge_manifests_at` or more and fewer would do
   (`replace`).
 
@@ -56,6 +57,13 @@ from fm_loader.retry import with_retries
 SORTED_BY = {"image_index": ("chunk", "value")}
 # Near dedup compacts its index itself, sorted its own way, under its namespace lock.
 COMPACTS_ITSELF = frozenset({"neardup_index"})
+# Tables whose current snapshot ids are part of a content key (`contamination.store
+# .registry_ref`, in the decontamination stage's config): a rewrite would leave their rows as
+# they were but make every batch's decontamination out of date. They change only when a
+# benchmark is registered, so they stay small.
+KEYED_BY_SNAPSHOT = frozenset(
+    {"contamination_benchmarks", "contamination_items", "contamination_ngrams"}
+)
 ALWAYS_TRUE = AlwaysTrue()
 
 # (partition column -> value) of a partition to merge -> the lock its writers hold, if any.
@@ -174,6 +182,9 @@ def rewrite(
     """Merge the table's small files and its manifests in one `replace` snapshot (see the
     module docstring); a dry run plans and says what it would do."""
     result = RewriteResult()
+    if ref.name in KEYED_BY_SNAPSHOT:
+        result.notes.append("its snapshot ids key the decontamination stage: not rewritten")
+        return result
     table = load(settings, ref)
     if table.metadata.format_version != 2:
         result.notes.append(f"format version {table.metadata.format_version}: not rewritten")
