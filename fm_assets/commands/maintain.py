@@ -41,6 +41,11 @@ def maintain(
     from fm_assets.defs.maintenance import MAINTAIN_OP
     from fm_assets.defs.materialize import execute_job
 
+    if retention_hours is not None and retention_hours < 1 and not dry_run:
+        _echo(
+            "a retention under an hour can expire the snapshot a running stage or version cut "
+            "started from: it then fails (nothing is lost; rerun it)"
+        )
     config = {
         "retention_hours": retention_hours,
         "grace_hours": grace_hours,
