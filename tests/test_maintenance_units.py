@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -17,12 +20,14 @@ from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog, data_files
 from fm_assets.storage.batch_history import may_hold_rows
 from fm_assets.storage.bookkeeping import file_checksums
-from fm_assets.storage.locks import exclusive, stage_lock
+from fm_assets.storage.locks import exclusive, stage_lock, try_exclusive
 from fm_assets.storage.maintenance.history import ancestors, readable_snapshot
 from fm_assets.storage.maintenance.policy import MaintenancePolicy
 from fm_assets.storage.maintenance.run import INDEX_WRITERS, maintain
 from fm_loader.remote import filesystem_for
 from tests.rows import quarantine_rows
+from tests.services.fixtures import create_database
+from tests.services.postgres import PostgresServer
 
 NS = "cloud"
 STAGE = "raw_documents"  # the stage `quarantine_rows` names
@@ -192,3 +197,47 @@ def _files_of_snapshot(settings: Settings, snapshot: int) -> list[str]:
     table = catalog.load_table(settings, "quarantine", namespace=NS)
     scan = table.scan(snapshot_id=snapshot)
     return [t.file.file_path.removeprefix("file://") for t in scan.plan_files()]
+
+
+HOLD = """
+import sys, time
+from fm_assets.settings import load_settings
+from fm_assets.storage.locks import exclusive
+with exclusive(load_settings(), sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def _try_while_another_process_holds(env: dict[str, str]) -> tuple[bool, bool]:
+    """(got it while a subprocess held it, got it after the holder died)."""
+    settings = load_settings(env)
+    name = stage_lock(STAGE, "b-1")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, name], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    try:
+        with try_exclusive(settings, name) as while_held:
+            pass
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    with try_exclusive(settings, name) as after:
+        return while_held, after
+
+
+def test_try_exclusive_skips_a_file_lock_another_process_holds(tmp_path: Path) -> None:
+    env = {**os.environ, "FM_HOME": str(tmp_path / "fm")}
+    env.pop("FM_CATALOG_URI", None)
+    assert _try_while_another_process_holds(env) == (False, True)
+
+
+@pytest.mark.slow
+def test_try_exclusive_skips_a_postgres_lock_another_process_holds(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    create_database(postgres, "fm_try_locks")
+    url = postgres.url("fm_try_locks", driver="postgresql+psycopg2")
+    env = {**os.environ, "FM_HOME": str(tmp_path / "fm"), "FM_CATALOG_URI": url}
+    assert _try_while_another_process_holds(env) == (False, True)
