@@ -30,7 +30,7 @@ STEPS = ("rewriting", "expiring snapshots", "deleting unreferenced files")
 TIMEOUT_S = 120.0
 
 
-def _kill_at(home: Home, moment: str, delay: float) -> str:
+def _kill_at(home: Home, moment: str, delay: float, errors: Path) -> str:
     """Run the driver, SIGKILL it `delay` seconds after it says `moment`; return the last
     thing it said before it died (the step the kill landed in)."""
     process = subprocess.Popen(
@@ -38,7 +38,7 @@ def _kill_at(home: Home, moment: str, delay: float) -> str:
         cwd=REPO,
         env=home.env,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=errors.open("w"),
         text=True,
         start_new_session=True,
     )
@@ -55,6 +55,8 @@ def _kill_at(home: Home, moment: str, delay: float) -> str:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         rest, _ = process.communicate(timeout=60)
+    if process.returncode not in (0, -signal.SIGKILL):
+        raise RuntimeError(f"the maintenance run failed on its own: {errors.read_text()[-3000:]}")
     said += [line.removeprefix("fm-crash: ") for line in rest.splitlines()]
     return said[-1]
 
@@ -73,7 +75,7 @@ def test_maintenance_killed_anywhere_leaves_a_readable_catalog_and_a_rerun_compl
     kills: list[str] = []
     for _ in range(3 * KILLS):
         moment = f"{rng.choice(busy)}: {rng.choice(STEPS)}"
-        landed = _kill_at(home, moment, rng.uniform(0.0, 0.15))
+        landed = _kill_at(home, moment, rng.uniform(0.0, 0.15), tmp_path / "driver.err")
         changed = sorted(k for k, v in readings(settings).items() if before.get(k) != v)
         assert not changed, f"seed {seed}: a kill after {landed!r} changed {changed}"
         if "end maintain" not in landed:  # else the run finished before the kill: not counted
