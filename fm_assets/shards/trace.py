@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyiceberg.table import Table
-
 from fm_assets.execution.pipelines import PIPELINES
 from fm_assets.settings import Settings
 from fm_assets.shards.build import read_shard_set_row
@@ -29,16 +27,12 @@ _PROVENANCE = tuple(f.name for f in PROVENANCE_FIELDS)
 _POSITION = ("record_offset", "record_line", "warc_record_id")
 
 
-def _ancestors(settings: Settings, table: Table, snapshot_id: int) -> set[int]:
-    """The snapshot and every snapshot it descends from (also those maintenance expired)."""
-    return ancestors(settings, table.metadata, snapshot_id)
-
-
 def stage_code_versions(settings: Settings, version: DatasetVersion) -> dict[str, dict[str, str]]:
     """batch -> {stage: code version} of the stage runs whose output the version tagged."""
+    # Ancestry across what catalog maintenance expired (its history table keeps the links).
     history = {
-        (namespace, stage): _ancestors(
-            settings, catalog.load_table(settings, stage, namespace=namespace), snapshot_id
+        (namespace, stage): ancestors(
+            settings, catalog.load_table(settings, stage, namespace=namespace).metadata, snapshot_id
         )
         for namespace, snapshots in version.snapshot_ids.items()
         for stage, snapshot_id in snapshots.items()
