@@ -241,3 +241,33 @@ def test_try_exclusive_skips_a_postgres_lock_another_process_holds(
     url = postgres.url("fm_try_locks", driver="postgresql+psycopg2")
     env = {**os.environ, "FM_HOME": str(tmp_path / "fm"), "FM_CATALOG_URI": url}
     assert _try_while_another_process_holds(env) == (False, True)
+
+
+def test_merged_image_index_rows_keep_their_key_order(fm_settings: Settings) -> None:
+    """The image dedup stage skips row groups by their (chunk, value) statistics: a merge of
+    its index's small files writes their rows sorted by that key, not one file after another."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from fm_assets.storage.image_text_schemas import IMAGE_INDEX
+
+    settings = fm_settings
+    for batch, values in (("b-1", [5, 40, 90]), ("b-2", [1, 50, 70]), ("b-3", [20, 60, 99])):
+        rows = pa.Table.from_pylist(
+            [
+                {"chunks": 4, "chunk": 0, "value": v, "phash": v, "pixel_sha256": "p" * 64}
+                | {"doc_id": f"{batch}-{v}", "batch_id": batch}
+                for v in values
+            ],
+            schema=IMAGE_INDEX,
+        )
+        handle = data_files.table_handle(settings, "image_index", NS)
+        written = data_files.write_files(handle, rows, uuid.uuid4(), 0)
+        data_files.commit_files(settings, "image_index", catalog.NOTHING, written, {}, NS)
+    maintain(settings, NOW)
+    tasks = data_files.plan_files(settings, "image_index", catalog.ALWAYS_TRUE, None, NS)
+    assert len(tasks) == 1
+    fs, path = filesystem_for(tasks[0].file.file_path)
+    with fs.open_input_file(path) as f:
+        values = pq.read_table(f).column("value").to_pylist()
+    assert values == sorted(values) and len(values) == 9
