@@ -15,6 +15,7 @@ lock. Each step reports progress (`fm maintain`, the job's log).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections.abc import Callable
 
@@ -117,7 +118,8 @@ def maintain_table(
     what = INDEX_WRITERS.get(ref.name)
     lock = index_lock(what, ref.namespace) if what and ref.namespace else None
     planned_manifests = report.manifests_before
-    with try_exclusive(settings, lock or f"{MAINTENANCE_LOCK} of {ref.identifier}") as free:
+    held = try_exclusive(settings, lock) if lock else contextlib.nullcontext(True)
+    with held as free:
         if not free:
             report.notes.append(f"{lock} is held: not rewritten this run")
         else:
