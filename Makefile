@@ -20,8 +20,9 @@ DEPLOY_STAMP := $(DEPLOY_VENV)/.installed-stamp
 LOCK_VENV ?= .venv-lock
 UV_VERSION := 0.13.8
 # Debian packages the production-profile and browser tests need: Postgres server binaries
-# (initdb, pg_ctl) and Chromium, never a downloaded browser.
-SYSTEM_PACKAGES := postgresql chromium
+# (initdb, pg_ctl, pg_dump), Chromium (never a downloaded browser) and Prometheus (promtool checks
+# the alert rules).
+SYSTEM_PACKAGES := postgresql chromium prometheus
 
 .PHONY: install install-system demo test test-fast lint dev clean lock
 
@@ -49,11 +50,11 @@ lock:
 ## Install what is missing of SYSTEM_PACKAGES (as root, e.g. in CI); a no-op when present.
 install-system:
 	@if { command -v initdb || ls /usr/lib/postgresql/*/bin/initdb; } >/dev/null 2>&1 \
-		&& command -v chromium >/dev/null; then :; \
+		&& command -v chromium >/dev/null && command -v promtool >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 			apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES); \
-	else echo "missing: $(SYSTEM_PACKAGES) (initdb, chromium); install them as root" >&2; exit 1; fi
+	else echo "missing: $(SYSTEM_PACKAGES) (initdb, chromium, promtool); install them as root" >&2; exit 1; fi
 
 install: $(STAMP) $(DEPLOY_STAMP) install-system
 

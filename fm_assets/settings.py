@@ -28,6 +28,25 @@ PIPELINE_VERSION = _package_version()
 
 
 @dataclass(frozen=True)
+class S3Credentials:
+    """A static S3 key pair (and session token): the identity Ray workers use when this process
+    starts them (docs/deploy.md, "Least privilege in the object store")."""
+
+    access_key_id: str
+    secret_access_key: str = field(repr=False)
+    session_token: str | None = field(default=None, repr=False)
+
+    def environment(self) -> dict[str, str]:
+        """The AWS variables that make a process use this identity (an empty token clears a
+        token the process inherited from another identity)."""
+        return {
+            "AWS_ACCESS_KEY_ID": self.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
+            "AWS_SESSION_TOKEN": self.session_token or "",
+        }
+
+
+@dataclass(frozen=True)
 class Settings:
     """Where state lives and how compute is reached; build it with `load_settings()`."""
 
@@ -44,6 +63,10 @@ class Settings:
     extract_timeout_s: float  # per-document extraction budget
     max_document_bytes: int  # larger raw records are quarantined, not processed
     part_bytes: int = 64 << 20  # landed files over twice this are read in parts of about this
+    # The identity the Ray workers this process starts use for S3 (a local Ray; a cluster's
+    # nodes have their own): they parse untrusted input, so they may write new data files but
+    # not delete or commit. None: the workers use this process's own AWS credentials.
+    worker_s3_credentials: S3Credentials | None = field(default=None, repr=False)
     policy_file: Path | None = None  # per-dataset curation policies (fm_assets.curation.policy)
     # Where the default quality classifier's recipe reads its training data (the shared
     # article-extraction benchmark), when `fm run` trains it on first need.
@@ -78,6 +101,13 @@ def _int_or_none(value: str | None) -> int | None:
 
 def _check_formats(env: dict[str, str]) -> None:
     """Refuse a malformed production setting at once, naming it (services are probed later)."""
+    worker_key = env.get("FM_S3_WORKER_ACCESS_KEY_ID") or ""
+    worker_secret = env.get("FM_S3_WORKER_SECRET_ACCESS_KEY") or ""
+    if bool(worker_key) != bool(worker_secret):
+        raise ValueError(
+            "FM_S3_WORKER_ACCESS_KEY_ID and FM_S3_WORKER_SECRET_ACCESS_KEY go together (the Ray "
+            "workers' S3 identity); set both, or neither to give workers this process's own"
+        )
     catalog_uri = env.get("FM_CATALOG_URI") or ""
     if catalog_uri and not catalog_uri.startswith(("sqlite:///", "postgresql")):
         raise ValueError(
@@ -118,6 +148,16 @@ def _check_formats(env: dict[str, str]) -> None:
             raise ValueError(f"{name} must be s3://BUCKET/PREFIX or a local path, got {value!r}")
 
 
+def _worker_credentials(env: dict[str, str]) -> S3Credentials | None:
+    if not env.get("FM_S3_WORKER_ACCESS_KEY_ID"):
+        return None
+    return S3Credentials(
+        access_key_id=env["FM_S3_WORKER_ACCESS_KEY_ID"],
+        secret_access_key=env["FM_S3_WORKER_SECRET_ACCESS_KEY"],
+        session_token=env.get("FM_S3_WORKER_SESSION_TOKEN") or None,
+    )
+
+
 def load_settings(env: dict[str, str] | None = None) -> Settings:
     """Read settings from `env` (default: the process environment), filling embedded defaults."""
     env = dict(os.environ if env is None else env)
@@ -136,6 +176,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         extract_timeout_s=float(env.get("FM_EXTRACT_TIMEOUT_S", "10")),
         max_document_bytes=int(env.get("FM_MAX_DOCUMENT_BYTES", str(8 * 1024 * 1024))),
         part_bytes=int(env.get("FM_PART_BYTES", str(64 << 20))),
+        worker_s3_credentials=_worker_credentials(env),
         policy_file=Path(env["FM_POLICY_FILE"]).expanduser() if env.get("FM_POLICY_FILE") else None,
         shared_data=Path(env.get("FM_SHARED_DATA") or "../shared/data").expanduser().absolute(),
         dagster_pg_url=env.get("FM_DAGSTER_PG_URL") or None,

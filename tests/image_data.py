@@ -201,3 +201,38 @@ def edge_cases(base: Image.Image) -> dict[str, tuple[bytes, str]]:
         "wrong_extension": (encode(rgb, "PNG"), "jpg"),
         "bomb": (bomb_png(), "png"),
     }
+
+
+def pairs_table(rows: Sequence[dict[str, object]]) -> pa.Table:
+    """A table of image-text pairs (the schema every stage from `decoded_pairs` on reads), each
+    row a plausible decoded pair with the given fields overridden."""
+    from fm_assets.storage.image_text_schemas import PAIRS
+
+    full = []
+    for i, row in enumerate(rows):
+        full.append(
+            {
+                "doc_id": f"{i:064x}",
+                "raw_sha256": f"{i:064x}",
+                "batch_id": "b-test",
+                "record_id": f"file:{i}",
+                "source_file": "x.tar",
+                "source": "test",
+                "license": "CC0-1.0",
+                "namespace": "cloud",
+                "text": "A red brick house with a green door on a quiet street",
+                "image": b"\xff\xd8",
+                "image_format": "jpeg",
+                "width": 512,
+                "height": 384,
+                "original_width": 1024,
+                "original_height": 768,
+                "source_format": "JPEG",
+                "source_mode": "RGB",
+                "frames": 1,
+                "pixel_hash": f"{i:064x}",
+                "phash": i,
+                **row,
+            }
+        )
+    return pa.Table.from_pylist(full, schema=PAIRS)

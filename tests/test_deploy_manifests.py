@@ -245,8 +245,9 @@ def test_bucket_policy_confines_each_namespace_to_its_prefixes() -> None:
     assert policy["Version"] == "2012-10-17"
     grants: dict[str, set[str]] = {}
     for statement in policy["Statement"]:
-        assert {"Sid", "Effect", "Principal", "Action", "Resource"} <= set(statement)
-        resources = statement["Resource"]
+        assert {"Sid", "Effect", "Principal", "Action"} <= set(statement)
+        assert len({"Resource", "NotResource"} & set(statement)) == 1, statement["Sid"]
+        resources = statement.get("Resource", statement.get("NotResource"))
         resources = resources if isinstance(resources, list) else [resources]
         assert all(r.startswith("arn:aws:s3:::fm-data") for r in resources), statement["Sid"]
         if statement["Effect"] == "Allow":
@@ -259,4 +260,17 @@ def test_bucket_policy_confines_each_namespace_to_its_prefixes() -> None:
             grants.setdefault(role, set()).update(prefixes - {"arn:aws:s3:::fm-data"})
     assert grants["fm-platform-prod"] == {"prod/*", "prod-warehouse/*"}
     assert grants["fm-platform-staging"] == {"staging/*", "staging-warehouse/*"}
-    assert grants["fm-trainers"] == {"prod/shards/*"}
+    assert grants["fm-trainers"] == {
+        "prod/shards/*",
+        "prod/texts/*",
+        "prod-warehouse/fm/shard_sets/*",
+        "prod-warehouse/fm/text_sets/*",
+    }
+    # Ray workers read their deployment's prefixes and create table data files, nothing else
+    # (what they may not do is tests/test_namespace_bucket_policy.py's and, enforced by a real
+    # store, tests/test_storage_identities.py's).
+    assert grants["fm-ray-workers-prod"] == {
+        "prod/*",
+        "prod-warehouse/*",
+        "prod-warehouse/*/data/*",
+    }

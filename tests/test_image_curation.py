@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from fm_assets.curation.images.decode import DecodedImage, ImageProblem, decode_image
-from fm_assets.curation.images.hashing import hamming, phash, phash_hex, pixel_sha256
+from fm_assets.curation.images.hashing import hamming, phash, phash_hex, pixel_hash
 from fm_assets.curation.images.resize import ResizePolicy, resize_and_encode, target_size
 from tests.image_data import PHOTOS, edge_cases, encode, near_duplicates, photo
 
@@ -71,6 +71,7 @@ def test_exif_orientation_is_applied(cases: dict[str, tuple[bytes, str]]) -> Non
     rotated = decode_image(*_exif_rocket())
     assert isinstance(rotated, DecodedImage) and isinstance(upright, DecodedImage)
     assert rotated.exif_rotated and rotated.image.size == upright.image.size == (640, 427)
+    assert not upright.exif_rotated  # no orientation tag: nothing turned
     assert hamming(phash(rotated.image), phash(upright.image)) <= 2
 
 
@@ -114,8 +115,8 @@ def test_pixel_hash_ignores_the_container_but_not_the_pixels() -> None:
     jpeg = decode_image(encode(rgb, quality=95), "jpg")
     assert isinstance(png, DecodedImage) and isinstance(webp, DecodedImage)
     assert isinstance(jpeg, DecodedImage)
-    assert pixel_sha256(png.image) == pixel_sha256(webp.image)
-    assert pixel_sha256(png.image) != pixel_sha256(jpeg.image)
+    assert pixel_hash(png.image) == pixel_hash(webp.image)
+    assert pixel_hash(png.image) != pixel_hash(jpeg.image)
 
 
 def test_resize_keeps_the_ratio_and_never_enlarges() -> None:

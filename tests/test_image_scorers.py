@@ -18,8 +18,7 @@ from PIL import Image
 from fm_assets.curation.image_text_policy import ScorerSpec, parse_image_text_policy
 from fm_assets.curation.images.scorers import model_digest, score_pairs
 from fm_assets.stages.image_text.score import ScoreStage
-from fm_assets.storage.image_text_schemas import PAIRS
-from tests.image_data import CAPTIONS, encode, photo
+from tests.image_data import CAPTIONS, encode, pairs_table, photo
 from tests.image_models import tiny_classifier, tiny_clip, tiny_head
 
 NAMES = ("astronaut", "coffee", "rocket", "moon")
@@ -53,33 +52,19 @@ def _specs(models: dict[str, Path], **bounds: tuple[float | None, float | None])
 
 def _batch(names: tuple[str, ...]) -> pa.Table:
     rows = []
-    for i, name in enumerate(names):
+    for name in names:
         image = photo(name).convert("RGB")
         rows.append(
             {
-                "doc_id": f"{i:064x}",
-                "raw_sha256": f"{i:064x}",
-                "batch_id": "b-test",
-                "record_id": f"file:{i}",
-                "source_file": "x.tar",
-                "source": "test",
-                "license": "CC0-1.0",
-                "namespace": "cloud",
                 "text": CAPTIONS[name],
                 "image": encode(image, quality=90),
-                "image_format": "jpeg",
                 "width": image.width,
                 "height": image.height,
                 "original_width": image.width,
                 "original_height": image.height,
-                "source_format": "JPEG",
-                "source_mode": "RGB",
-                "frames": 1,
-                "pixel_sha256": f"{i:064x}",
-                "phash": i,
             }
         )
-    return pa.Table.from_pylist(rows, schema=PAIRS)
+    return pairs_table(rows)
 
 
 def test_every_scorer_scores_every_pair_in_batches(models: dict[str, Path]) -> None:

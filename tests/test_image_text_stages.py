@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from fm_assets.curation.image_text_policy import load_image_text_policy
@@ -16,38 +15,7 @@ from fm_assets.curation.images.near_dup import ImageIndex, Kept, piece_bounds, p
 from fm_assets.settings import load_settings
 from fm_assets.stages.image_text.dedup import ImageDedupStage
 from fm_assets.stages.image_text.filter import PairFilterStage
-from fm_assets.storage.image_text_schemas import PAIRS
-
-
-def _pairs(rows: list[dict[str, object]]) -> pa.Table:
-    full = []
-    for i, row in enumerate(rows):
-        full.append(
-            {
-                "doc_id": f"{i:064x}",
-                "raw_sha256": f"{i:064x}",
-                "batch_id": "b-test",
-                "record_id": f"file:{i}",
-                "source_file": "x.tar",
-                "source": "test",
-                "license": "CC0-1.0",
-                "namespace": "cloud",
-                "text": "A red brick house with a green door on a quiet street",
-                "image": b"\xff\xd8",
-                "image_format": "jpeg",
-                "width": 512,
-                "height": 384,
-                "original_width": 1024,
-                "original_height": 768,
-                "source_format": "JPEG",
-                "source_mode": "RGB",
-                "frames": 1,
-                "pixel_sha256": f"{i:064x}",
-                "phash": i,
-                **row,
-            }
-        )
-    return pa.Table.from_pylist(full, schema=PAIRS)
+from tests.image_data import pairs_table
 
 
 @pytest.mark.parametrize(
@@ -71,7 +39,7 @@ def test_boilerplate_alt_text(caption: str, why: str | None) -> None:
 
 def test_each_rule_names_what_was_wrong() -> None:
     stage = PairFilterStage()
-    batch = _pairs(
+    batch = pairs_table(
         [
             {},
             {"original_width": 150, "original_height": 400},
@@ -116,7 +84,7 @@ def test_with_every_rule_off_nothing_is_decided_but_the_language_is_tagged() -> 
         caption_languages=(),
         drop_boilerplate_captions=False,
     )
-    result = stage.process(_pairs([{"text": "IMG_0001.jpg", "original_width": 10}]))
+    result = stage.process(pairs_table([{"text": "IMG_0001.jpg", "original_width": 10}]))
     assert result.kept.num_rows == 1 and result.kept.column("language")[0].as_py()
 
 
@@ -127,11 +95,13 @@ def test_pieces_cover_the_64_bits_and_find_every_hash_within_the_distance() -> N
     rng = random.Random(7)
     max_distance = 8
     index = ImageIndex(max_distance)
-    stored = []
-    for n in range(400):
-        value = rng.getrandbits(64) - (1 << 63)
-        stored.append(value)
-        index.add(f"{n:064x}", Kept(f"d{n}", "b", value))
+    stored = [rng.getrandbits(64) - (1 << 63) for _ in range(400)]
+    # Half as other batches' kept images (loaded), half as this batch's (added as kept).
+    index.load(
+        [f"{n:064x}" for n in range(200)], [Kept(f"d{n}", "b", stored[n]) for n in range(200)]
+    )
+    for n in range(200, 400):
+        index.add(f"{n:064x}", Kept(f"d{n}", "b", stored[n]))
     for n in range(300):
         base = stored[rng.randrange(len(stored))]
         flipped = base
@@ -148,13 +118,13 @@ def test_pieces_cover_the_64_bits_and_find_every_hash_within_the_distance() -> N
 
 
 def test_dedup_keeps_the_first_and_names_it_exact_before_near() -> None:
-    batch = _pairs(
+    batch = pairs_table(
         [
-            {"pixel_sha256": "a" * 64, "phash": 0b1111},
-            {"pixel_sha256": "a" * 64, "phash": 0b1111},  # the same pixels
-            {"pixel_sha256": "b" * 64, "phash": 0b1110},  # 1 bit from row 0
-            {"pixel_sha256": "c" * 64, "phash": 0b1111 ^ (0xFF << 20)},  # 8 bits: near
-            {"pixel_sha256": "d" * 64, "phash": 0b1111 ^ (0x1FF << 20)},  # 9 bits: kept
+            {"pixel_hash": "a" * 64, "phash": 0b1111},
+            {"pixel_hash": "a" * 64, "phash": 0b1111},  # the same pixels
+            {"pixel_hash": "b" * 64, "phash": 0b1110},  # 1 bit from row 0
+            {"pixel_hash": "c" * 64, "phash": 0b1111 ^ (0xFF << 20)},  # 8 bits: near
+            {"pixel_hash": "d" * 64, "phash": 0b1111 ^ (0x1FF << 20)},  # 9 bits: kept
         ]
     )
     result = ImageDedupStage(max_distance=8).process(batch)

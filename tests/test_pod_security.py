@@ -224,15 +224,16 @@ def _every_pod() -> dict[str, dict[str, Any]]:
     for name, spec in helm_chart.pod_specs(_values()).items():
         pods[f"dagster {name}"] = spec
     pods["dagster run pod"] = _run_pod_spec()
-    for doc in _docs(DEPLOY / "k8s" / "ui-auth.yaml"):
-        if doc["kind"] == "Deployment":
-            pods[doc["metadata"]["name"]] = doc["spec"]["template"]["spec"]
+    for manifest in ("ui-auth.yaml", "metrics.yaml"):
+        for doc in _docs(DEPLOY / "k8s" / manifest):
+            if doc["kind"] == "Deployment":
+                pods[doc["metadata"]["name"]] = doc["spec"]["template"]["spec"]
     return pods
 
 
 def test_every_pod_the_platform_makes_passes_restricted() -> None:
     pods = _every_pod()
-    assert len(pods) == 8
+    assert len(pods) == 9
     failures = {name: violations(spec) for name, spec in pods.items()}
     assert {name: found for name, found in failures.items() if found} == {}
 
@@ -248,6 +249,36 @@ def test_run_pods_run_as_their_own_account_without_a_token() -> None:
         "fm-s3-credentials",
         "fm-ray-auth",
     }
+
+
+def _secret_refs(spec: dict[str, Any]) -> set[str]:
+    containers = [*spec.get("initContainers", []), *spec["containers"]]
+    found = {e["secretRef"]["name"] for c in containers for e in c.get("envFrom", [])}
+    found |= {
+        e["valueFrom"]["secretKeyRef"]["name"]
+        for c in containers
+        for e in c.get("env", [])
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
+    return found
+
+
+def test_ray_pods_hold_the_workers_s3_identity_and_dagster_the_control_planes() -> None:
+    """Ray workers parse untrusted input: their S3 identity creates data files and deletes
+    nothing (deploy/iam/); the head, which every Ray pod can reach with the cluster's token,
+    holds no more. Only Dagster's pods hold the keys that commit and delete."""
+    cluster = _kuberay("RayCluster")
+    ray_pods = {"head": _head_pod(cluster)}
+    for group in cluster["spec"]["workerGroupSpecs"]:
+        ray_pods[group["groupName"]] = _worker_pod(group)
+    for name, spec in ray_pods.items():
+        refs = _secret_refs(spec)
+        assert "fm-s3-worker-credentials" in refs and "fm-s3-credentials" not in refs, name
+    submitter = _kuberay("RayJob")["spec"]["submitterPodTemplate"]["spec"]
+    assert not {"fm-s3-credentials", "fm-s3-worker-credentials"} & _secret_refs(submitter)
+    run_pod = _secret_refs(_run_pod_spec())
+    assert "fm-s3-credentials" in run_pod and "fm-s3-worker-credentials" not in run_pod
+    assert "fm-s3-worker-credentials" not in (DEPLOY / "helm" / "values.yaml").read_text()
 
 
 def test_only_the_autoscaler_holds_the_heads_api_token() -> None:
@@ -393,6 +424,9 @@ def test_network_policies_let_in_the_operator_and_the_proxy_only() -> None:
     proxy = policies["fm-ui-proxy-ingress"]
     assert _admits(proxy, "ingress-nginx", {}, 4180)
     assert not _admits(proxy, "fm", {}, 4180)
+    exporter = policies["fm-metrics-ingress"]
+    assert _admits(exporter, "monitoring", {}, 9464)
+    assert not _admits(exporter, "fm", {}, 9464)
 
 
 def test_ui_is_reached_through_the_authenticating_proxy() -> None:

@@ -38,3 +38,41 @@ def test_the_session_rays_workers_run_with_that_environment() -> None:
         "TOKENIZERS_PARALLELISM": "true",
         "RAYON_NUM_THREADS": str(LIBRARY_THREADS_PER_WORKER),
     }
+
+
+WORKER_KEYS = {
+    "FM_S3_WORKER_ACCESS_KEY_ID": "worker-key",
+    "FM_S3_WORKER_SECRET_ACCESS_KEY": "worker-secret",
+}
+
+
+def test_workers_of_a_local_ray_get_the_worker_identity_not_the_drivers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "control-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "control-secret")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "control-token")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    env = worker_environment(_settings(**WORKER_KEYS))
+    assert env["AWS_ACCESS_KEY_ID"] == "worker-key"
+    assert env["AWS_SECRET_ACCESS_KEY"] == "worker-secret"
+    assert env["AWS_SESSION_TOKEN"] == ""  # the driver's token belongs to the driver's key
+    assert env["AWS_REGION"] == "eu-west-1"
+    assert "control" not in " ".join(env.values())
+    # Without a worker identity, workers of a local Ray share the driver's credentials.
+    assert worker_environment(_settings())["AWS_ACCESS_KEY_ID"] == "control-key"
+
+
+def test_a_clusters_workers_get_no_credentials_from_the_driver(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "control-key")
+    env = worker_environment(_settings(RAY_ADDRESS="127.0.0.1:6379", **WORKER_KEYS))
+    # A runtime_env lands in the cluster's job table: its nodes hold their own secret.
+    assert not any(name.startswith("AWS_") for name in env)
+
+
+def test_half_a_worker_identity_is_refused_naming_both_settings() -> None:
+    with pytest.raises(ValueError, match="FM_S3_WORKER_SECRET_ACCESS_KEY"):
+        _settings(FM_S3_WORKER_ACCESS_KEY_ID="worker-key")
+    assert "worker-secret" not in repr(_settings(**WORKER_KEYS))

@@ -8,7 +8,7 @@
 - text: `text` is non-empty (a tokenized table holds no text: its stage's input does).
 - tokenized, tokenized_pairs: `num_tokens` >= 1 and `tokenizer_hash` is 64 lowercase hex digits.
 - pairs, tokenized_pairs (an image-text pair's doc_id hashes image and caption, its raw_sha256
-  the image): `width`, `height` >= 1, `pixel_sha256` 64 lowercase hex digits, `image_format` one
+  the image): `width`, `height` >= 1, `pixel_hash` 32 lowercase hex digits, `image_format` one
   of the resize formats.
 """
 
@@ -38,6 +38,7 @@ _TEXT_KINDS = ("raw", "text", "tokenized")
 _IMAGE_FORMATS = ("jpeg", "webp", "png")
 
 SHA256_HEX = r"^[0-9a-f]{64}$"
+XXH128_HEX = r"^[0-9a-f]{32}$"
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def document_expectation_specs(kind: DocumentKind) -> list[ExpectationSpec]:
         specs += [
             spec("expect_column_values_to_be_between", column="width", min_value=1),
             spec("expect_column_values_to_be_between", column="height", min_value=1),
-            spec("expect_column_values_to_match_regex", column="pixel_sha256", regex=SHA256_HEX),
+            spec("expect_column_values_to_match_regex", column="pixel_hash", regex=XXH128_HEX),
             spec(
                 "expect_column_values_to_be_in_set", column="image_format", value_set=_IMAGE_FORMATS
             ),

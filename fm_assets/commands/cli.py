@@ -18,11 +18,13 @@ from typing import Any
 import click
 
 from fm_assets.commands.approval import approve
+from fm_assets.commands.backup import backup
 from fm_assets.commands.cache import cache, text
 from fm_assets.commands.classifier import classifier
 from fm_assets.commands.dev import dev
 from fm_assets.commands.lineage import lineage, revoke
 from fm_assets.commands.maintain import maintain
+from fm_assets.commands.metrics import metrics
 from fm_assets.commands.probe import loader
 from fm_assets.settings import Settings, load_settings
 
@@ -389,6 +391,8 @@ main.add_command(approve)
 main.add_command(cache)
 main.add_command(loader)
 main.add_command(text)
+main.add_command(backup)
+main.add_command(metrics)
 main.add_command(maintain)
 
 

@@ -75,6 +75,10 @@ def worker_environment(settings: Settings) -> dict[str, str]:
         # cluster's nodes get credentials from their own environment (the pods' secret): a
         # runtime_env would put them in the cluster's job table, dashboard and logs.
         env |= {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+        if settings.worker_s3_credentials:
+            # Workers parse untrusted input: they get the identity that may write new data
+            # files only, never this process's, which may delete and commit.
+            env |= settings.worker_s3_credentials.environment()
     return env
 
 

@@ -40,7 +40,7 @@ from fm_assets.storage.data_files import (
 from fm_assets.storage.image_text_schemas import IMAGE_INDEX, PIXEL_CHUNK
 
 INDEX_TABLE = "image_index"
-KEY_COLUMNS = ("doc_id", "batch_id", "pixel_sha256", "phash")
+KEY_COLUMNS = ("doc_id", "batch_id", "pixel_hash", "phash")
 _INDEX_TASK_ID = 2_000_000
 
 
@@ -105,8 +105,17 @@ def decide_batch(
     batch = read_files(source, files, KEY_COLUMNS) if files else _empty_keys()
     chunks = stage.max_distance + 1
     decider = ImageIndex(stage.max_distance)
-    for row in _index_rows(index, others, batch, chunks).to_pylist():
-        decider.add(row["pixel_sha256"], Kept(row["doc_id"], row["batch_id"], row["phash"]))
+    found = _index_rows(index, others, batch, chunks)
+    decider.load(
+        found.column("pixel_hash").to_pylist(),
+        [
+            Kept(d, b, p)
+            for d, b, p in zip(
+                *(found.column(c).to_pylist() for c in ("doc_id", "batch_id", "phash")),
+                strict=True,
+            )
+        ],
+    )
     verdicts = stage.decide(batch, decider)
     kept = batch.filter(pa.array([d not in verdicts for d in batch.column("doc_id").to_pylist()]))
     rows = index_rows(kept, chunks)
@@ -123,7 +132,7 @@ def _index_rows(
 ) -> pa.Table:
     """One row per kept image of other batches sharing a key with the batch (an image found by
     several keys comes back once)."""
-    columns = ("phash", "pixel_sha256", "doc_id", "batch_id")
+    columns = ("phash", "pixel_hash", "doc_id", "batch_id")
     if not others or batch.num_rows == 0:
         return pa.schema([IMAGE_INDEX.field(c) for c in columns]).empty_table()
     hashes = batch.column("phash").to_pylist()
@@ -135,7 +144,7 @@ def _index_rows(
         catalog.where_all(catalog.where_equal("chunk", c), catalog.where_in("value", sorted(v)))
         for c, v in enumerate(by_piece)
     ]
-    pixel_values = sorted({pixel_key(p) for p in batch.column("pixel_sha256").to_pylist()})
+    pixel_values = sorted({pixel_key(p) for p in batch.column("pixel_hash").to_pylist()})
     keys.append(
         catalog.where_all(
             catalog.where_equal("chunk", PIXEL_CHUNK), catalog.where_in("value", pixel_values)
@@ -157,8 +166,8 @@ def _index_rows(
         return found
     return (
         found.group_by(["doc_id"])
-        .aggregate([("phash", "first"), ("pixel_sha256", "first"), ("batch_id", "first")])
-        .rename_columns(["doc_id", "phash", "pixel_sha256", "batch_id"])
+        .aggregate([("phash", "first"), ("pixel_hash", "first"), ("batch_id", "first")])
+        .rename_columns(["doc_id", "phash", "pixel_hash", "batch_id"])
         .select(list(columns))
     )
 
@@ -182,7 +191,7 @@ def index_rows(kept: pa.Table, chunks: int) -> pa.Table:
                 ("chunk", chunk),
                 ("value", value),
                 ("phash", phash),
-                ("pixel_sha256", pixels),
+                ("pixel_hash", pixels),
                 ("doc_id", doc_id),
                 ("batch_id", batch_id),
             ):

@@ -148,7 +148,9 @@ class RawStage(Stage):
             record_id = record_id_for(str(part["file_sha256"]), index)
             if isinstance(item, UnreadableRecord):
                 reason = _in_part(part, item.reason)
-                rejects.append(_reject(part, record_id, None, item.raw_sha256, item.rule, reason))
+                rejects.append(
+                    part_reject(part, record_id, None, item.raw_sha256, item.rule, reason)
+                )
                 continue
             sha = hashlib.sha256(item.content).hexdigest()
             problem = self._problem(item.content)
@@ -156,7 +158,7 @@ class RawStage(Stage):
             if problem is None and original is not None:
                 problem = ("exact_duplicate", f"same raw bytes as {original}")
             if problem is not None:
-                rejects.append(_reject(part, record_id, sha, sha, *problem))
+                rejects.append(part_reject(part, record_id, sha, sha, *problem))
             else:
                 rows.append(_document(part, record_id, sha, item))
         return rows, rejects
@@ -229,7 +231,7 @@ def _in_part(part: dict[str, object], reason: str) -> str:
     return f"in the part of the file starting at byte {part['start']}: {reason}"
 
 
-def _reject(
+def part_reject(
     part: dict[str, object],
     record_id: str,
     doc_id: str | None,
@@ -237,6 +239,7 @@ def _reject(
     rule: str,
     reason: str,
 ) -> dict[str, object]:
+    """A quarantine row (QUARANTINED_RECORDS) of a record of a landed part."""
     return {
         "record_id": record_id,
         "doc_id": doc_id,

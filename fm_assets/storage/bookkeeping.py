@@ -239,3 +239,59 @@ def forget_file_checksums(settings: Settings, paths: list[str]) -> None:
                     FILE_CHECKSUMS.c.path.in_(paths[start : start + 500]),
                 )
             )
+
+
+def stage_totals(settings: Settings) -> list[dict[str, Any]]:
+    """Per stage, over every committed run: how many runs, records in, kept and quarantined,
+    and the last commit (what the metrics exporter reports; one grouped SELECT)."""
+    c = STAGE_RUNS.c
+    query = (
+        sa.select(
+            c.stage,
+            sa.func.count().label("runs"),
+            sa.func.sum(c.records_in).label("records_in"),
+            sa.func.sum(c.records_kept).label("records_kept"),
+            sa.func.sum(c.records_quarantined).label("records_quarantined"),
+            sa.func.max(c.committed_at).label("last_commit"),
+        )
+        .where(c.namespace == settings.namespace)
+        .group_by(c.stage)
+    )
+    with _engine(settings).connect() as connection:
+        return [
+            {**dict(row), "last_commit": _utc(row["last_commit"])}
+            for row in connection.execute(query).mappings()
+        ]
+
+
+def check_totals(settings: Settings) -> list[dict[str, Any]]:
+    """Per asset and check: evaluations that passed and failed, and the partitions whose latest
+    evaluation failed."""
+    c = CHECK_RESULTS.c
+    mine = c.namespace == settings.namespace
+    latest = (
+        sa.select(sa.func.max(c.id)).where(mine).group_by(c.asset, c.partition, c.check_name)
+    ).scalar_subquery()
+    evaluations = (
+        sa.select(c.asset, c.check_name, c.passed, sa.func.count().label("n"))
+        .where(mine)
+        .group_by(c.asset, c.check_name, c.passed)
+    )
+    failing = (
+        sa.select(c.asset, c.check_name, sa.func.count().label("n"))
+        .where(c.id.in_(latest), sa.not_(c.passed))
+        .group_by(c.asset, c.check_name)
+    )
+    totals: dict[tuple[str, str], dict[str, Any]] = {}
+    with _engine(settings).connect() as connection:
+        for row in connection.execute(evaluations).mappings():
+            entry = totals.setdefault(
+                (row["asset"], row["check_name"]),
+                {"asset": row["asset"], "check": row["check_name"], "passed": 0, "failed": 0},
+            )
+            entry["passed" if row["passed"] else "failed"] += int(row["n"])
+        failing_now = {
+            (row["asset"], row["check_name"]): int(row["n"])
+            for row in connection.execute(failing).mappings()
+        }
+    return [{**entry, "failing": failing_now.get(key, 0)} for key, entry in totals.items()]

@@ -43,7 +43,7 @@ PAIRS = pa.schema(
         pa.field("source_format", pa.string(), nullable=False),  # as landed: "JPEG", "PNG", ...
         pa.field("source_mode", pa.string(), nullable=False),  # as landed: "RGB", "CMYK", "P", ...
         pa.field("frames", pa.int32(), nullable=False),  # >1: an animation, its first frame kept
-        pa.field("pixel_sha256", pa.string(), nullable=False),  # of the decoded upright RGB
+        pa.field("pixel_hash", pa.string(), nullable=False),  # of the decoded upright RGB
         pa.field("phash", pa.int64(), nullable=False),  # imagehash.phash's 64 bits
         pa.field("language", pa.string(), nullable=True),  # the caption's, lid.176
         pa.field("language_score", pa.float64(), nullable=True),
@@ -70,7 +70,7 @@ IMAGE_INDEX = pa.schema(
         pa.field("chunk", pa.int32(), nullable=False),
         pa.field("value", pa.int64(), nullable=False),
         pa.field("phash", pa.int64(), nullable=False),
-        pa.field("pixel_sha256", pa.string(), nullable=False),
+        pa.field("pixel_hash", pa.string(), nullable=False),
         pa.field("doc_id", pa.string(), nullable=False),
         pa.field("batch_id", pa.string(), nullable=False),
     ]

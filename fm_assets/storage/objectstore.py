@@ -124,7 +124,10 @@ class ObjectStore:
         return sorted(info.base_name for info in self.fs.get_file_info(selector))
 
     def makedirs(self, key: str) -> None:
-        self.fs.create_dir(self.path(key), recursive=True)
+        # S3 has no directories, and pyarrow's create_dir asks for the bucket itself (HeadBucket),
+        # which an identity confined to its prefixes may not do (deploy/iam/).
+        if self.is_local:
+            self.fs.create_dir(self.path(key), recursive=True)
 
     def delete_dir(self, key: str) -> None:
         if self.exists(key):

@@ -19,7 +19,15 @@ from fm_assets.settings import Settings
 
 PROBE_TIMEOUT_S = 5.0
 # Environment variables whose values are credentials wherever they appear.
-SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID", "RAY_AUTH_TOKEN")
+SECRET_ENV = (
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "RAY_AUTH_TOKEN",
+    "FM_S3_WORKER_SECRET_ACCESS_KEY",
+    "FM_S3_WORKER_SESSION_TOKEN",
+    "FM_S3_WORKER_ACCESS_KEY_ID",
+)
 
 
 class ConfigurationError(RuntimeError):
@@ -92,7 +100,16 @@ def _probe_s3(settings: Settings, timeout_s: float) -> str | None:
             continue
         bucket = location.removeprefix("s3://").split("/", 1)[0]
         try:
-            info = fs.get_file_info(bucket)
+            try:
+                missing = fs.get_file_info(bucket).type == pafs.FileType.NotFound
+            except OSError as exc:
+                if "ACCESS_DENIED" not in str(exc) or location.rstrip("/") == f"s3://{bucket}":
+                    raise
+                # An identity confined to its prefixes (deploy/iam/) may not ask about the
+                # bucket itself: list the prefix it was given instead (a new one holds nothing).
+                prefix = location.removeprefix("s3://").rstrip("/")
+                fs.get_file_info(pafs.FileSelector(prefix, allow_not_found=True))
+                missing = False
         except OSError as exc:
             where = f" at FM_S3_ENDPOINT={settings.s3_endpoint}" if settings.s3_endpoint else ""
             problems.append(
@@ -101,7 +118,7 @@ def _probe_s3(settings: Settings, timeout_s: float) -> str | None:
                 "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_REGION or the pod's role)"
             )
             continue
-        if info.type == pafs.FileType.NotFound:
+        if missing:
             problems.append(f"{name}={location}: bucket {bucket!r} does not exist; create it")
     return "; ".join(problems) or None
 

@@ -6,6 +6,8 @@
 The server runs in its own temporary directory, on free loopback ports only, with one identity
 whose credentials the caller passes to clients (the standard AWS env vars); requests signed with
 any other key are refused, so a client that silently fell back to anonymous access would fail.
+A caller may give SeaweedFS's identity config itself instead (`identities=`: several identities,
+each allowed some actions on some buckets or prefixes), naming the admin one the server's.
 It is stopped by its own pid: SIGTERM, up to 10 s, then SIGKILL (SeaweedFS may ignore SIGTERM
 for several seconds).
 """
@@ -24,6 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -150,17 +153,28 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def seaweedfs_s3(directory: Path, *, bucket: str = "fm-test") -> Iterator[S3Server]:
-    """Run `weed server` with S3 in `directory` on free loopback ports; yield once writable."""
+def seaweedfs_s3(
+    directory: Path,
+    *,
+    bucket: str = "fm-test",
+    identities: dict[str, Any] | None = None,
+    admin: tuple[str, str] = (ACCESS_KEY, SECRET_KEY),
+) -> Iterator[S3Server]:
+    """Run `weed server` with S3 in `directory` on free loopback ports; yield once writable.
+
+    `identities`: SeaweedFS's `-s3.config` (default: one identity with every right, `admin`'s
+    keys); `admin` names the key pair of an identity in it that may create the bucket."""
     directory.mkdir(parents=True, exist_ok=True)
     master, volume, filer, s3, master_grpc, volume_grpc, filer_grpc, s3_grpc = _free_ports(8)
     config = directory / "s3.json"
-    identity = {
-        "name": "fm-test",
-        "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-        "actions": ["Admin", "Read", "List", "Tagging", "Write"],
-    }
-    config.write_text(json.dumps({"identities": [identity]}))
+    if identities is None:
+        identity = {
+            "name": "fm-test",
+            "credentials": [{"accessKey": admin[0], "secretKey": admin[1]}],
+            "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+        }
+        identities = {"identities": [identity]}
+    config.write_text(json.dumps(identities))
     log = directory / "weed.log"
     command = [
         str(weed_binary()),
@@ -192,8 +206,8 @@ def seaweedfs_s3(directory: Path, *, bucket: str = "fm-test") -> Iterator[S3Serv
     server = S3Server(
         endpoint=f"http://127.0.0.1:{s3}",
         bucket=bucket,
-        access_key=ACCESS_KEY,
-        secret_key=SECRET_KEY,
+        access_key=admin[0],
+        secret_key=admin[1],
         region=REGION,
         pid=process.pid,
     )

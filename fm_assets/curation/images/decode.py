@@ -47,6 +47,7 @@ FORMAT_EXTENSIONS: Final = {
 # Pillow's own bound (Image.MAX_IMAGE_PIXELS): about 0.25 GB of RGB pixels.
 DEFAULT_MAX_PIXELS: Final = 89_478_485
 _WHITE: Final = (255, 255, 255)
+_ORIENTATION: Final = 0x0112  # the EXIF tag
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,9 @@ def decode_image(
             # Pillow warns on EXIF it cannot parse; the orientation it can read is applied.
             warnings.simplefilter("ignore")
             image.load()
-            upright = ImageOps.exif_transpose(image)
+            # exif_transpose copies a frame even with nothing to turn: only when there is.
+            orientation = image.getexif().get(_ORIENTATION, 1)
+            upright = ImageOps.exif_transpose(image) if orientation not in (1, None) else image
     except OSError as exc:
         if "truncated" in str(exc) or "broken data stream" in str(exc):
             return ImageProblem(

@@ -1,5 +1,9 @@
 """Image fingerprints: the exact hash of decoded pixels and the perceptual hash (pHash).
 
+The exact hash is xxh3-128 of the pixels with their size and mode: a dedup key, not a security
+one (128 bits: a chance collision is out of reach at any corpus size), and 30x faster than
+sha256 over a megapixel image's 3 MB, which made it a tenth of the decode stage's time.
+
 `phash` is the DCT hash of imagehash (8x8 low frequencies of the DCT of a 32x32 LANCZOS-reduced
 grayscale image, each bit "above the median"), computed the same way so its bits equal
 `imagehash.phash`'s for the same image (tests/test_image_curation.py checks every photo and
@@ -9,11 +13,11 @@ imagehash's hex string.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Final
 
 import numpy as np
 import scipy.fftpack
+import xxhash
 from PIL import Image
 
 PHASH_BITS: Final = 64
@@ -22,10 +26,10 @@ _REDUCED_SIDE: Final = 32  # hash side x 4: the frequencies above the first 8 ar
 _WEIGHTS: Final = np.array([1 << (63 - i) for i in range(PHASH_BITS)], dtype=np.uint64)
 
 
-def pixel_sha256(image: Image.Image) -> str:
-    """sha256 of the decoded pixels with their size and mode: equal only for identical images,
-    whatever file format or compression carried them."""
-    digest = hashlib.sha256(f"{image.mode}:{image.width}x{image.height}:".encode())
+def pixel_hash(image: Image.Image) -> str:
+    """xxh3-128 (32 hex digits) of the decoded pixels with their size and mode: equal only for
+    identical images, whatever file format or compression carried them."""
+    digest = xxhash.xxh3_128(f"{image.mode}:{image.width}x{image.height}:".encode())
     digest.update(image.tobytes())
     return digest.hexdigest()
 

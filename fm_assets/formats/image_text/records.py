@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from fm_assets.formats.records import UnreadableRecord
+from fm_assets.formats.records import RecordNumbering, UnreadableRecord
 
 # Image file extensions a WebDataset sample or an img2dataset Parquet column may carry.
 IMAGE_EXTENSIONS: Final = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff")
@@ -44,18 +44,10 @@ class PairRule:
 PairItem = PairRecord | UnreadableRecord
 
 
-class PairNumbering:
+class PairNumbering(RecordNumbering):
     """Numbers the items of one file 0, 1, 2, ... in creation order, pairs and unreadable alike."""
-
-    def __init__(self) -> None:
-        self.count = 0
 
     def pair(self, **fields: object) -> PairRecord:
         record = PairRecord(index=self.count, **fields)  # type: ignore[arg-type]
-        self.count += 1
-        return record
-
-    def unreadable(self, rule: str, reason: str, raw_sha256: str | None = None) -> UnreadableRecord:
-        record = UnreadableRecord(index=self.count, rule=rule, reason=reason, raw_sha256=raw_sha256)
         self.count += 1
         return record

@@ -15,11 +15,10 @@ from typing import ClassVar
 import pyarrow as pa
 
 from fm_assets.curation.images.decode import DEFAULT_MAX_PIXELS, DecodedImage, decode_image
-from fm_assets.curation.images.hashing import phash, pixel_sha256
+from fm_assets.curation.images.hashing import phash, pixel_hash
 from fm_assets.curation.images.resize import ResizePolicy, resize_and_encode
-from fm_assets.stages.base import Stage, StageResult, quarantine_rows
+from fm_assets.stages.base import Stage, StageResult, split_kept
 from fm_assets.storage.image_text_schemas import PAIRS
-from fm_assets.storage.schemas import PROVENANCE_FIELDS
 
 IMAGE_COLUMNS = (
     "image",
@@ -31,7 +30,7 @@ IMAGE_COLUMNS = (
     "source_format",
     "source_mode",
     "frames",
-    "pixel_sha256",
+    "pixel_hash",
     "phash",
 )
 
@@ -53,49 +52,33 @@ class DecodeStage(Stage):
 
     def process(self, batch: pa.Table) -> StageResult:
         columns: dict[str, list[object]] = {name: [] for name in IMAGE_COLUMNS}
-        keep: list[int] = []
-        rejects: list[dict[str, object]] = []
+        keep: list[bool] = []
+        rejects: list[tuple[int, str, str]] = []
         images = batch.column("raw_content")
         extensions = batch.column("image_extension").to_pylist()
         for row in range(batch.num_rows):
-            data = images[row].as_py()
-            decoded = decode_image(data, extensions[row], self.max_pixels)
+            decoded = decode_image(images[row].as_py(), extensions[row], self.max_pixels)
+            keep.append(isinstance(decoded, DecodedImage))
             if not isinstance(decoded, DecodedImage):
-                rejects.append(_reject(batch, row, decoded.rule, decoded.reason))
-                continue
-            encoded, width, height = resize_and_encode(decoded.image, self.resize)
-            values = (
-                encoded,
-                self.resize.format,
-                width,
-                height,
-                decoded.image.width,
-                decoded.image.height,
-                decoded.format,
-                decoded.source_mode,
-                decoded.frames,
-                pixel_sha256(decoded.image),
-                phash(decoded.image),
-            )
+                rejects.append((row, decoded.rule, decoded.reason))
+                values: tuple[object, ...] = (None,) * len(IMAGE_COLUMNS)
+            else:
+                encoded, width, height = resize_and_encode(decoded.image, self.resize)
+                values = (
+                    encoded,
+                    self.resize.format,
+                    width,
+                    height,
+                    decoded.image.width,
+                    decoded.image.height,
+                    decoded.format,
+                    decoded.source_mode,
+                    decoded.frames,
+                    pixel_hash(decoded.image),
+                    phash(decoded.image),
+                )
             for name, value in zip(IMAGE_COLUMNS, values, strict=True):
                 columns[name].append(value)
-            keep.append(row)
-        kept_rows = batch.take(pa.array(keep, pa.int64()))
-        kept = {f.name: kept_rows.column(f.name) for f in PROVENANCE_FIELDS}
-        kept["text"] = kept_rows.column("text")
-        for name in IMAGE_COLUMNS:
-            kept[name] = pa.array(columns[name], PAIRS.field(name).type)
-        for name in ("language", "language_score", "scores"):
-            kept[name] = pa.nulls(len(keep), PAIRS.field(name).type)
-        return StageResult(pa.table(kept, schema=PAIRS), quarantine_rows(rejects))
-
-
-def _reject(batch: pa.Table, row: int, rule: str, reason: str) -> dict[str, object]:
-    return {
-        "record_id": batch.column("record_id")[row].as_py(),
-        "doc_id": batch.column("doc_id")[row].as_py(),
-        "raw_sha256": batch.column("raw_sha256")[row].as_py(),
-        "source_file": batch.column("source_file")[row].as_py(),
-        "rule": rule,
-        "reason": reason,
-    }
+        # Filled by later stages: the caption's language, the model scores.
+        later = {name: [None] * batch.num_rows for name in ("language", "language_score", "scores")}
+        return split_kept(batch, keep, {**columns, **later}, self.output_schema, rejects)

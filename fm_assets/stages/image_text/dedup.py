@@ -44,7 +44,7 @@ class ImageDedupStage(Stage):
         """Verdicts for the rows of `batch` in order, against `index` (which keeps the rest)."""
         verdicts: dict[str, Verdict] = {}
         for doc_id, batch_id, pixels, phash in zip(
-            *(batch.column(c).to_pylist() for c in ("doc_id", "batch_id", "pixel_sha256", "phash")),
+            *(batch.column(c).to_pylist() for c in ("doc_id", "batch_id", "pixel_hash", "phash")),
             strict=True,
         ):
             verdict = index.decide(doc_id, batch_id, pixels, phash)

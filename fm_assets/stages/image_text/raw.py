@@ -23,7 +23,7 @@ from fm_assets.formats.image_text import (
     read_webdataset,
 )
 from fm_assets.formats.records import UnreadableRecord
-from fm_assets.stages.raw import CANDIDATES, PartScan, RawStage, record_id_for
+from fm_assets.stages.raw import CANDIDATES, PartScan, RawStage, part_reject, record_id_for
 from fm_assets.storage.image_text_schemas import RAW_PAIRS
 from fm_assets.storage.objectstore import filesystem_for
 
@@ -74,14 +74,14 @@ class RawPairsStage(RawStage):
             record_id = record_id_for(str(part["file_sha256"]), item.index)
             if isinstance(item, UnreadableRecord):
                 problem = (item.rule, item.reason)
-                rejects.append(_reject(part, record_id, None, item.raw_sha256, *problem))
+                rejects.append(part_reject(part, record_id, None, item.raw_sha256, *problem))
                 continue
             doc_id = pair_id(item.image, item.caption)
             image_sha = hashlib.sha256(item.image).hexdigest()
             original = duplicates.get((int(part["part"]), item.index))  # type: ignore[call-overload]
             if original is not None:
                 problem = ("exact_duplicate", f"same image bytes and caption as {original}")
-                rejects.append(_reject(part, record_id, doc_id, image_sha, *problem))
+                rejects.append(part_reject(part, record_id, doc_id, image_sha, *problem))
                 continue
             rows.append(_pair_row(part, record_id, doc_id, image_sha, item))
         return rows, rejects
@@ -95,24 +95,6 @@ class RawPairsStage(RawStage):
                 yield from read_image_parquet(stream, self.max_document_bytes)
             else:
                 yield from read_webdataset(cast(BinaryIO, stream), self.max_document_bytes)
-
-
-def _reject(
-    part: dict[str, object],
-    record_id: str,
-    doc_id: str | None,
-    raw_sha256: str | None,
-    rule: str,
-    reason: str,
-) -> dict[str, object]:
-    return {
-        "record_id": record_id,
-        "doc_id": doc_id,
-        "raw_sha256": raw_sha256,
-        "source_file": part["file_name"],
-        "rule": rule,
-        "reason": reason,
-    }
 
 
 def _pair_row(
