@@ -253,10 +253,11 @@ def test_merged_image_index_rows_keep_their_key_order(fm_settings: Settings) -> 
 
     settings = fm_settings
     for batch, values in (("b-1", [5, 40, 90]), ("b-2", [1, 50, 70]), ("b-3", [20, 60, 99])):
+        # Key (chunk 0, value v); every other column filled by its type.
         rows = pa.Table.from_pylist(
             [
-                {"chunks": 4, "chunk": 0, "value": v, "phash": v, "pixel_sha256": "p" * 64}
-                | {"doc_id": f"{batch}-{v}", "batch_id": batch}
+                {f.name: f"{batch}-{v}" if f.type == pa.string() else v for f in IMAGE_INDEX}
+                | {"chunks": 4, "chunk": 0, "batch_id": batch}
                 for v in values
             ],
             schema=IMAGE_INDEX,
