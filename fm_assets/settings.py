@@ -76,6 +76,10 @@ class Settings:
     # Warm Ray workers that outlive a command (execution/warm_pool.py): "auto" (one per CPU of
     # the local Ray, none on a cluster), or how many ("0": plain tasks).
     warm_workers: str = "auto"
+    # Catalog maintenance (`fm maintain`, the catalog_maintenance job): how long a snapshot no
+    # version pins is kept once superseded, and how old an unreferenced file must be to go.
+    maintenance_retention_hours: float = 168.0
+    maintenance_grace_hours: float = 24.0
 
     @property
     def dagster_home(self) -> Path:
@@ -130,6 +134,14 @@ def _check_formats(env: dict[str, str]) -> None:
             f"FM_WARM_WORKERS must be auto or a number of workers (0: plain Ray tasks), got "
             f"{warm!r}"
         )
+    for name in ("FM_MAINTENANCE_RETENTION_HOURS", "FM_MAINTENANCE_GRACE_HOURS"):
+        value = env.get(name) or ""
+        try:
+            hours = float(value) if value else 0.0
+        except ValueError:
+            hours = -1.0
+        if hours < 0:
+            raise ValueError(f"{name} must be a number of hours (0 or more), got {value!r}")
     for name in ("FM_OBJECT_STORE", "FM_WAREHOUSE"):
         value = env.get(name) or ""
         if "://" in value and not value.startswith(("s3://", "file://")):
@@ -169,4 +181,6 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         shared_data=Path(env.get("FM_SHARED_DATA") or "../shared/data").expanduser().absolute(),
         dagster_pg_url=env.get("FM_DAGSTER_PG_URL") or None,
         warm_workers=env.get("FM_WARM_WORKERS") or "auto",
+        maintenance_retention_hours=float(env.get("FM_MAINTENANCE_RETENTION_HOURS") or 168),
+        maintenance_grace_hours=float(env.get("FM_MAINTENANCE_GRACE_HOURS") or 24),
     )

@@ -14,6 +14,7 @@ from fm_assets.settings import Settings
 from fm_assets.storage import catalog, schemas
 from fm_assets.storage.bookkeeping import latest_stage_run
 from fm_assets.storage.landing import TEXT_MODALITY, read_manifest
+from fm_assets.storage.maintenance.history import readable_snapshot
 from fm_assets.storage.objectstore import open_object_store
 
 
@@ -41,14 +42,15 @@ def records_accounted_for(settings: Settings, stage: str, batch_id: str) -> Chec
     if upstream is None:
         return _raw_accounting(settings, batch_id, kept, bad)
     run = latest_stage_run(settings, batch_id, stage)
-    snapshot = int(run["input_snapshot_id"]) if run and run["input_snapshot_id"] else None
+    namespace = catalog.batch_namespace(settings, batch_id)
+    snapshot = None
+    if run and run["input_snapshot_id"]:
+        # Catalog maintenance may have expired it: a later snapshot holds the same rows.
+        snapshot = readable_snapshot(
+            settings, upstream, namespace, batch_id, int(run["input_snapshot_id"])
+        )
     records_in = table_facts(
-        settings,
-        upstream,
-        catalog.where_equal("batch_id", batch_id),
-        Wanted(),
-        snapshot,
-        catalog.batch_namespace(settings, batch_id),
+        settings, upstream, catalog.where_equal("batch_id", batch_id), Wanted(), snapshot, namespace
     )
     out = kept.rows + bad.rows
     same = (kept.record_sum + bad.record_sum) & ((1 << 64) - 1) == records_in.record_sum

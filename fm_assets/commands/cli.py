@@ -23,6 +23,7 @@ from fm_assets.commands.cache import cache, text
 from fm_assets.commands.classifier import classifier
 from fm_assets.commands.dev import dev
 from fm_assets.commands.lineage import lineage, revoke
+from fm_assets.commands.maintain import maintain
 from fm_assets.commands.metrics import metrics
 from fm_assets.commands.probe import loader
 from fm_assets.settings import Settings, load_settings
@@ -392,6 +393,7 @@ main.add_command(loader)
 main.add_command(text)
 main.add_command(backup)
 main.add_command(metrics)
+main.add_command(maintain)
 
 
 if __name__ == "__main__":

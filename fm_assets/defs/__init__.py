@@ -12,6 +12,7 @@ from fm_assets.defs.cache import shard_set_cache
 from fm_assets.defs.curated import build_curated_assets
 from fm_assets.defs.jobs import BATCH_JOBS
 from fm_assets.defs.landing import build_landing_sensor, landing_batch
+from fm_assets.defs.maintenance import catalog_maintenance, catalog_maintenance_schedule
 from fm_assets.defs.provenance import revocation
 from fm_assets.defs.registry import (
     contamination_registry,
@@ -42,7 +43,8 @@ def build_definitions() -> dg.Definitions:
             contamination_scan,
             revocation,
         ],
-        jobs=[*BATCH_JOBS.values(), rescan_versions, decide_quarantined_batch],
+        jobs=[*BATCH_JOBS.values(), rescan_versions, decide_quarantined_batch, catalog_maintenance],
+        schedules=[catalog_maintenance_schedule],
         sensors=[
             build_landing_sensor(BATCH_JOBS),
             build_approved_batch_sensor(BATCH_JOBS),

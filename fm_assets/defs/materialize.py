@@ -145,3 +145,33 @@ def _failure_log(settings: Settings, run_id: str) -> Path:
     directory = settings.home / "logs"
     directory.mkdir(parents=True, exist_ok=True)
     return directory / f"run-{run_id}.log"
+
+
+def execute_job(settings: Settings, job: str, op: str, run_config: dict[str, Any], log: Log) -> Any:
+    """Run job `job` of the code location in-process against the instance (so it shows in the
+    UI); return op `op`'s output, or raise ChecksFailed naming the failure and its log file."""
+    warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+    defs = build_definitions()
+    instance = dagster_instance(settings)
+    reap_dead_runs(instance, log, by="a later fm command, before starting its run")
+    config = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}, **run_config}
+    result = defs.resolve_job_def(job).execute_in_process(
+        run_config=config,
+        instance=instance,
+        resources={"fm": defs.resources["fm"]} if defs.resources else None,
+        tags=process_tags(),
+        raise_on_error=False,
+    )
+    if result.success:
+        return result.output_for_node(op)
+    log_file = _failure_log(settings, result.run_id)
+    failures = []
+    for event in result.all_events:
+        if not event.is_step_failure:
+            continue
+        error = event.step_failure_data.error
+        cause = error.cause if error and error.cause else error
+        failures.append(cause.message.strip().splitlines()[0] if cause else f"{job} failed")
+        with log_file.open("a") as f:
+            f.write(f"{event.step_key}\n{error.to_string() if error else ''}\n")
+    raise ChecksFailed("; ".join([*failures, f"full trace in {log_file}"]))

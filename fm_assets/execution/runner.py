@@ -54,7 +54,8 @@ from fm_assets.storage.landing import (
     published_log,
     read_manifest,
 )
-from fm_assets.storage.locks import exclusive
+from fm_assets.storage.locks import exclusive, index_lock, stage_lock
+from fm_assets.storage.maintenance.history import readable_snapshot
 from fm_assets.storage.objectstore import open_object_store
 
 
@@ -131,7 +132,11 @@ def _plan(settings: Settings, stage_name: str, batch_id: str) -> _Plan:
                 f"run `fm run --batch {batch_id}`"
             )
         upstream_key = str(run["stage_key"])
-        snapshot, kept = int(run["output_snapshot_id"]), int(run["records_kept"])
+        kept = int(run["records_kept"])
+        # Catalog maintenance may have expired that snapshot: a later one holds the same rows.
+        snapshot = readable_snapshot(
+            settings, upstream, manifest.namespace, batch_id, int(run["output_snapshot_id"])
+        )
     key = _digest(upstream_key, stage.name, stage.version, stage.config_hash())
     return _Plan(stage, manifest, policy, upstream, key, snapshot, kept)
 
@@ -167,9 +172,7 @@ def run_stage(
     backfill): a second waits, then finds the stage up to date. The lock dies with its holder.
     """
     with contextlib.ExitStack() as locks:
-        locks.enter_context(
-            exclusive(settings, f"stage {stage_name} of batch {batch_id}", progress)
-        )
+        locks.enter_context(exclusive(settings, stage_lock(stage_name, batch_id), progress))
         if stage_name in NAMESPACE_WIDE:
             # Dedup reads every other batch's index rows, then commits its own: one run at a
             # time per data namespace (each has its own index), or two batches holding the
@@ -177,7 +180,7 @@ def run_stage(
             # runs; this holds for every caller, and lets near dedup compact its index.)
             namespace = catalog.batch_namespace(settings, batch_id)
             what = NAMESPACE_WIDE[stage_name]
-            locks.enter_context(exclusive(settings, f"{what} ({namespace} index)", progress))
+            locks.enter_context(exclusive(settings, index_lock(what, namespace), progress))
         return _run_stage(settings, stage_name, batch_id, run_id, progress)
 
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyiceberg.table import Table
-
 from fm_assets.execution.pipelines import PIPELINES
 from fm_assets.settings import Settings
 from fm_assets.shards.build import read_shard_set_row
 from fm_assets.shards.lineage import sample_segments, samples_holding
 from fm_assets.storage import bookkeeping, catalog
+from fm_assets.storage.maintenance.history import ancestors
 from fm_assets.storage.schemas import PROVENANCE_FIELDS
 from fm_assets.versions.dataset_version import DatasetVersion, require_version
 from fm_assets.versions.reader import version_documents
@@ -28,22 +27,12 @@ _PROVENANCE = tuple(f.name for f in PROVENANCE_FIELDS)
 _POSITION = ("record_offset", "record_line", "warc_record_id")
 
 
-def _ancestors(table: Table, snapshot_id: int) -> set[int]:
-    """The snapshot and every snapshot it descends from."""
-    found: set[int] = set()
-    current: int | None = snapshot_id
-    while current is not None and current not in found:
-        found.add(current)
-        snapshot = table.snapshot_by_id(current)
-        current = snapshot.parent_snapshot_id if snapshot is not None else None
-    return found
-
-
 def stage_code_versions(settings: Settings, version: DatasetVersion) -> dict[str, dict[str, str]]:
     """batch -> {stage: code version} of the stage runs whose output the version tagged."""
+    # Ancestry across what catalog maintenance expired (its history table keeps the links).
     history = {
-        (namespace, stage): _ancestors(
-            catalog.load_table(settings, stage, namespace=namespace), snapshot_id
+        (namespace, stage): ancestors(
+            settings, catalog.load_table(settings, stage, namespace=namespace).metadata, snapshot_id
         )
         for namespace, snapshots in version.snapshot_ids.items()
         for stage, snapshot_id in snapshots.items()

@@ -1,9 +1,9 @@
 """What a table's snapshots say about a batch: whether a stage's commit must remove its rows.
 
 The stage runner tags every commit with `fm.batch_id` and `fm.stage` in the snapshot summary,
-and the platform never expires snapshots (dataset versions pin them), so a table's snapshots
-say which batches (and stages) ever committed rows to it. A batch's first run then commits
-without a delete or a scan.
+so a table's snapshots, with those catalog maintenance expired (kept in its history table,
+`storage.maintenance.history`), say which batches (and stages) ever committed rows to it. A
+batch's first run then commits without a delete or a scan.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
+from fm_assets.storage.maintenance import history
 
 
 def may_hold_rows(
@@ -25,16 +26,25 @@ def may_hold_rows(
     untagged_only_move_rows: bool = False,
 ) -> bool:
     """Whether table `name` may hold rows `batch_id` (and `stage`, if given) committed: some
-    snapshot says it committed for them. Snapshots are never expired, so every row came with
-    its snapshot, and the stage runner tags each with its batch and stage. A snapshot that
-    names no batch (an older platform's) may hold any batch's rows, unless the table's
-    untagged snapshots only move rows (compactions); so may a table whose history was cut (an
-    operator expired snapshots: the tags of the commits that added live rows are gone)."""
+    snapshot, live or expired by catalog maintenance, says it committed for them. Every row
+    came with its snapshot, and the stage runner tags each with its batch and stage. A snapshot
+    that names no batch (an older platform's) may hold any batch's rows, unless the table's
+    untagged snapshots only move rows (compactions; a `replace` never adds rows); so may a
+    table whose history was cut another way (snapshots expired by another tool: the tags of the
+    commits that added live rows are gone)."""
     table = catalog.load_table(settings, name, namespace=namespace)
-    if not _history_complete(table.metadata):
+    metadata = table.metadata
+    maintained = history.EXPIRED_PROPERTY in metadata.properties
+    complete = (
+        history.history_complete(settings, metadata) if maintained else _history_complete(metadata)
+    )
+    if not complete:
         return True
-    for snapshot in table.metadata.snapshots:
-        tags = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+    for snapshot in metadata.snapshots:
+        summary = snapshot.summary
+        tags = summary.additional_properties if summary is not None else {}
+        if summary is not None and history.moves_rows_only(summary.operation.value):
+            continue  # a compaction: the same rows, in other files
         if "fm.batch_id" not in tags:
             if not untagged_only_move_rows:
                 return True
@@ -42,7 +52,13 @@ def may_hold_rows(
             stage is None or tags.get("fm.stage", stage) == stage
         ):
             return True
-    return False
+    return maintained and history.batch_committed(
+        settings,
+        metadata,
+        batch_id,
+        stage=stage,
+        untagged_only_move_rows=untagged_only_move_rows,
+    )
 
 
 def _history_complete(metadata: TableMetadata) -> bool:

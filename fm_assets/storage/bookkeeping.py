@@ -228,6 +228,19 @@ def file_checksums(settings: Settings, paths: list[str]) -> dict[str, tuple[str,
     return found
 
 
+def forget_file_checksums(settings: Settings, paths: list[str]) -> None:
+    """Drop the pins of files that are being deleted (catalog maintenance): no snapshot
+    references them any more, so nothing will verify them."""
+    with _engine(settings).begin() as connection:
+        for start in range(0, len(paths), 500):
+            connection.execute(
+                sa.delete(FILE_CHECKSUMS).where(
+                    FILE_CHECKSUMS.c.namespace == settings.namespace,
+                    FILE_CHECKSUMS.c.path.in_(paths[start : start + 500]),
+                )
+            )
+
+
 def stage_totals(settings: Settings) -> list[dict[str, Any]]:
     """Per stage, over every committed run: how many runs, records in, kept and quarantined,
     and the last commit (what the metrics exporter reports; one grouped SELECT)."""

@@ -45,6 +45,17 @@ def _describe(holder: dict[str, object] | None) -> str:
     return f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('since')}"
 
 
+def stage_lock(stage: str, batch_id: str) -> str:
+    """The lock a run of `stage` for `batch_id` holds, whoever runs it."""
+    return f"stage {stage} of batch {batch_id}"
+
+
+def index_lock(what: str, namespace: str) -> str:
+    """The lock a stage deciding against data namespace `namespace`'s index holds while it reads
+    and commits (`what`: exact dedup, near dedup, image dedup)."""
+    return f"{what} ({namespace} index)"
+
+
 @contextlib.contextmanager
 def exclusive(settings: Settings, name: str, log: Log = lambda message: None) -> Iterator[None]:
     """Hold the platform-wide lock `name` for the block; wait (saying for whom) while held."""
@@ -57,13 +68,28 @@ def exclusive(settings: Settings, name: str, log: Log = lambda message: None) ->
 
 
 @contextlib.contextmanager
-def _file_lock(directory: Path, name: str, log: Log) -> Iterator[None]:
+def try_exclusive(settings: Settings, name: str) -> Iterator[bool]:
+    """Hold the platform-wide lock `name` for the block if no one else holds it; yields whether
+    it is held (a caller that can do its work later, such as catalog maintenance, skips it)."""
+    if settings.catalog_uri.startswith("postgresql"):
+        with _advisory_lock(settings, name, lambda message: None, wait=False) as got:
+            yield got
+    else:
+        with _file_lock(settings.home / "locks", name, lambda message: None, wait=False) as got:
+            yield got
+
+
+@contextlib.contextmanager
+def _file_lock(directory: Path, name: str, log: Log, wait: bool = True) -> Iterator[bool]:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{hashlib.sha256(name.encode()).hexdigest()[:24]}.lock"
     with open(path, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            if not wait:
+                yield False
+                return
             handle.seek(0)
             try:
                 holder = json.loads(handle.read() or "null")
@@ -76,7 +102,7 @@ def _file_lock(directory: Path, name: str, log: Log) -> Iterator[None]:
         handle.write(json.dumps({"lock": name, **_holder()}))
         handle.flush()
         try:
-            yield
+            yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
@@ -87,7 +113,7 @@ def _key(name: str) -> int:
 
 
 @contextlib.contextmanager
-def _advisory_lock(settings: Settings, name: str, log: Log) -> Iterator[None]:
+def _advisory_lock(settings: Settings, name: str, log: Log, wait: bool = True) -> Iterator[bool]:
     from fm_assets.storage.catalog import open_catalog
 
     engine: sa.engine.Engine = open_catalog(settings).engine  # type: ignore[attr-defined]
@@ -102,10 +128,13 @@ def _advisory_lock(settings: Settings, name: str, log: Log) -> Iterator[None]:
         )
         got = connection.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()
         if not got:
+            if not wait:
+                yield False
+                return
             log(f"{name}: held by {_advisory_holder(connection, key)}; waiting for it")
             connection.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": key})
         try:
-            yield
+            yield True
         finally:
             connection.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
 

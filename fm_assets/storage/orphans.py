@@ -2,9 +2,9 @@
 
 Workers write their data files before the driver commits them; a run killed in between leaves
 files that no reader can see (readers go through snapshots), but that take space. A file is an
-orphan when no snapshot of its table references it (snapshots are never expired, so every file a
-version or a past run committed stays referenced) and it is older than the grace period, so the
-files of a run still in progress are never touched.
+orphan when no snapshot of its table references it (catalog maintenance expires only snapshots
+no version pins, and deletes what they alone referenced itself) and it is older than the grace
+period, so the files of a run still in progress are never touched.
 """
 
 from __future__ import annotations
