@@ -30,7 +30,7 @@ from fm_assets.storage import catalog, data_files
 from fm_assets.storage.bookkeeping import file_checksums
 from fm_assets.storage.maintenance.policy import MaintenancePolicy
 from fm_assets.storage.maintenance.run import maintain
-from fm_loader.remote import filesystem_for
+from fm_loader.storage.remote import filesystem_for
 from tests.maintenance_writer import NS, rows_of
 from tests.paths import REPO
 from tests.rows import quarantine_rows

@@ -24,7 +24,7 @@ from fm_assets.storage.locks import exclusive, stage_lock, try_exclusive
 from fm_assets.storage.maintenance.history import ancestors, readable_snapshot
 from fm_assets.storage.maintenance.policy import MaintenancePolicy
 from fm_assets.storage.maintenance.run import INDEX_WRITERS, maintain
-from fm_loader.remote import filesystem_for
+from fm_loader.storage.remote import filesystem_for
 from tests.rows import quarantine_rows
 from tests.services.fixtures import create_database
 from tests.services.postgres import PostgresServer

@@ -33,7 +33,7 @@ from fm_assets.settings import Settings
 from fm_assets.storage import catalog
 from fm_assets.storage.maintenance.history import EXPIRED_PROPERTY, EXPIRED_TABLE, record_expired
 from fm_assets.storage.maintenance.tables import TableRef, load
-from fm_loader.retry import is_transient
+from fm_loader.storage.retry import is_transient
 
 ATTEMPTS = 8  # commits lost to writers before the expiry is left for the next run
 

@@ -21,8 +21,8 @@ from pyiceberg.table.metadata import TableMetadata
 
 from fm_assets.settings import Settings
 from fm_assets.storage.bookkeeping import forget_file_checksums
-from fm_loader.remote import filesystem_for
-from fm_loader.retry import with_retries
+from fm_loader.storage.remote import filesystem_for
+from fm_loader.storage.retry import with_retries
 
 KINDS = ("data", "manifests", "manifest lists", "metadata", "other")
 

@@ -55,8 +55,8 @@ from fm_assets.storage.bookkeeping import forget_file_checksums, record_file_che
 from fm_assets.storage.data_files import file_sha256
 from fm_assets.storage.maintenance.policy import MaintenancePolicy
 from fm_assets.storage.maintenance.tables import TableRef, load
-from fm_loader.remote import filesystem_for
-from fm_loader.retry import with_retries
+from fm_loader.storage.remote import filesystem_for
+from fm_loader.storage.retry import with_retries
 
 ATTEMPTS = 8  # builds on a new head before the rewrite is left for the next run
 

@@ -51,7 +51,7 @@ from fm_assets.storage.maintenance.replace import (
     pin_files,
 )
 from fm_assets.storage.maintenance.tables import TableRef, load
-from fm_loader.retry import with_retries
+from fm_loader.storage.retry import with_retries
 
 # Readers of these tables skip row groups by column statistics: merged rows keep that order.
 SORTED_BY = {"image_index": ("chunk", "value")}

@@ -20,7 +20,7 @@ from pyiceberg.table import Table
 
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
-from fm_loader.retry import with_retries
+from fm_loader.storage.retry import with_retries
 
 
 @dataclass(frozen=True)
