@@ -146,20 +146,22 @@ def test_no_tracker_references_in_code_tests_or_docs() -> None:
 
 def test_every_import_of_the_project_resolves() -> None:
     """mypy is told to ignore missing imports (for third-party stubs), so a module moved without
-    its importers updated would pass it: every `fm_assets`/`fm_loader` import must name a module
-    that exists."""
+    its importers updated would pass it: every `fm_assets`/`fm_loader` module an import names
+    must exist."""
     import importlib.util
 
     broken = []
     for package in ("fm_assets", "fm_loader", "tests", "bench"):
         for path in _modules(package):
-            for line, target in _imports(path):
-                if target.split(".")[0] not in ("fm_assets", "fm_loader"):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    modules = [node.module]
+                elif isinstance(node, ast.Import):
+                    modules = [alias.name for alias in node.names]
+                else:
                     continue
-                module = target
-                if importlib.util.find_spec(module) is None:
-                    # `from fm_loader import make_dataset` names an attribute, not a module.
-                    if module.rpartition(".")[0] in ("fm_assets", "fm_loader"):
-                        continue
-                    broken.append(f"{path.relative_to(REPO)}:{line} {target}")
+                for module in modules:
+                    ours = module.split(".")[0] in ("fm_assets", "fm_loader")
+                    if ours and importlib.util.find_spec(module) is None:
+                        broken.append(f"{path.relative_to(REPO)}:{node.lineno} {module}")
     assert not broken, "imports of modules that do not exist:\n" + "\n".join(broken)
