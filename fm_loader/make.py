@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Unpack
 
+from fm_loader.format.pair_set import PairSetManifest
 from fm_loader.options import LoaderKeywords, LoaderOptions, with_keywords
 from fm_loader.order.mixture import MixtureArg, MixtureSpec
 from fm_loader.samples.packing import OnlineTokenizer
+from fm_loader.serving.batches import BatchDataset
 from fm_loader.serving.dataset import FmDataset
 from fm_loader.serving.online import OnlineDataset
 from fm_loader.serving.stream import StreamDataset
@@ -62,7 +64,11 @@ def make_dataset(
             raise ValueError("make_dataset(tokenize_online=True) needs tokenizer=PATH")
         texts = open_text_sets(spec.keys, options)
         return OnlineDataset(texts, spec, OnlineTokenizer.from_file(options.tokenizer), options)
-    dataset = FmDataset(open_shard_sets(spec.keys, options), spec, options)
+    opened = open_shard_sets(spec.keys, options)
+    if any(isinstance(r.manifest, PairSetManifest) for r in opened):
+        # Image-text: served a batch at a time, each batch's images of one aspect bucket.
+        return BatchDataset(opened, spec, options)
+    dataset = FmDataset(opened, spec, options)
     if options.run_id is not None:
         dataset.record_run(options.run_id)
     return dataset

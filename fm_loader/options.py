@@ -45,6 +45,7 @@ class LoaderOptions:
     namespaces: Collection[str] | None = None
     tokenize_online: bool = False
     docs_per_pack: int = DEFAULT_DOCS_PER_PACK
+    image_size: int | None = None  # image-text: decode images to this longer side (None: bytes)
 
     def __post_init__(self) -> None:
         chosen_badly = self.batch_size is not None and self.batch_size < 1
@@ -56,6 +57,8 @@ class LoaderOptions:
             )
         if self.docs_per_pack < 1:
             raise ValueError(f"docs_per_pack must be positive, got {self.docs_per_pack}")
+        if self.image_size is not None and self.image_size < 8:
+            raise ValueError(f"image_size must be at least 8 pixels, got {self.image_size}")
         if self.tokenize_online and (self.tokenizer is None or self.seq_len is None):
             raise ValueError(
                 "make_dataset(tokenize_online=True) needs the tokenizer (tokenizer=PATH to a "
@@ -108,6 +111,7 @@ class LoaderKeywords(TypedDict, total=False):
     namespaces: Collection[str] | None
     tokenize_online: bool
     docs_per_pack: int
+    image_size: int | None
 
 
 def option_names() -> tuple[str, ...]:

@@ -236,8 +236,11 @@ def test_refuses_schema_and_format_mismatches(
     rewrite_manifest(directory, schema_fingerprint="1" * 64)
     with pytest.raises(ValueError, match="but this loader computes"):
         make_dataset(str(directory))
-    rewrite_manifest(directory, format_version=2)
-    with pytest.raises(ValueError, match="unsupported shard-set manifest format_version 2"):
+    rewrite_manifest(directory, format_version=3)
+    with pytest.raises(ValueError, match="unsupported shard-set manifest format_version 3"):
+        make_dataset(str(directory))
+    rewrite_manifest(directory, format_version=2)  # the pair-set format: its fields are missing
+    with pytest.raises(ValueError, match="manifest field 'buckets' must be a list"):
         make_dataset(str(directory))
     with pytest.raises(ValueError, match=r"fm_manifest\.json is missing"):
         make_dataset(str(tmp_path))
@@ -286,7 +289,9 @@ def test_a_set_of_a_sample_kind_this_loader_does_not_know_is_refused() -> None:
     from fm_loader.samples.kind import sample_kind
 
     newer = SimpleNamespace(sample_kind="audio", set_key="speech@v1/abc-s16000")
-    with pytest.raises(ValueError, match=r"kind 'audio'.*knows \['tokens'\].*upgrade fm_loader"):
+    with pytest.raises(
+        ValueError, match=r"kind 'audio'.*knows \['image_text', 'tokens'\].*upgrade fm_loader"
+    ):
         sample_kind(newer)
 
 

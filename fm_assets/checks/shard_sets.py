@@ -26,6 +26,7 @@ from fm_assets.versions.contamination_scan import scan_version
 from fm_assets.versions.dataset_version import DatasetVersion
 from fm_assets.versions.reader import version_documents
 from fm_loader.format.manifest import INDEX_NAME, ShardSetManifest, local_directory
+from fm_loader.format.pair_set import PairSet, PairSetManifest
 from fm_loader.format.shard_set import ShardSet
 from fm_loader.storage.cache import is_remote
 from fm_loader.storage.fetch import DOWNLOAD_THREADS, copy_remote_file
@@ -33,11 +34,28 @@ from fm_loader.storage.fetch import DOWNLOAD_THREADS, copy_remote_file
 SAMPLES_PER_READ = 1024  # samples decoded at a time: a few MB of tokens at any seq_len used
 
 
-def sample_segments(shard_set: ShardSet) -> Iterator[tuple[int, list[str], npt.NDArray[np.int32]]]:
+def open_set(directory: Path, manifest: ShardSetManifest) -> ShardSet | PairSet:
+    """The set's shards, read in place: packed token samples, or image-text pairs."""
+    if isinstance(manifest, PairSetManifest):
+        return PairSet(directory, manifest)
+    return ShardSet(directory, manifest)
+
+
+def sample_segments(
+    shard_set: ShardSet | PairSet,
+) -> Iterator[tuple[int, list[str], npt.NDArray[np.int32]]]:
     """(index, doc ids, (start, length, doc offset) rows) of every sample, read in place as the
-    loader reads them for a trainer (no torch: the checks run inside `fm shards build`)."""
+    loader reads them for a trainer (no torch: the checks run inside `fm shards build`). A pair
+    is one segment: its caption's tokens."""
     for first in range(0, len(shard_set), SAMPLES_PER_READ):
         indices = np.arange(first, min(first + SAMPLES_PER_READ, len(shard_set)), dtype=np.int64)
+        if isinstance(shard_set, PairSet):
+            pairs = shard_set.read_raw(indices)
+            for index, doc_id, tokens in zip(
+                indices.tolist(), pairs.doc_ids, pairs.input_ids, strict=True
+            ):
+                yield index, [doc_id], np.array([[0, len(tokens), 0]], np.int32)
+            continue
         _, views, doc_ids = shard_set.read_raw(indices)
         # Copies: views into a shard's memory map would keep the set from closing.
         spans = [rows.reshape(-1, 3).copy() for rows in views]
@@ -112,11 +130,11 @@ def samples_carry_provenance(
     Also re-derives the shard set's token and document totals from the samples themselves.
     """
     known = set(
-        version_documents(settings, version, "tokenized_documents", ("doc_id",))
+        version_documents(settings, version, version.pipeline.final, ("doc_id",))
         .column("doc_id")
         .to_pylist()
     )
-    shard_set = ShardSet(Path(directory), manifest)
+    shard_set = open_set(Path(directory), manifest)
     problems: list[str] = []
     seen_docs: set[str] = set()
     tokens = 0
@@ -161,7 +179,7 @@ def no_contaminated_samples(
     """The gate: no sample of the shard set holds a document matching the current registry."""
     ref = registry_ref(settings)
     flagged = {row["doc_id"] for row in scan_version(settings, version, ref)}
-    shard_set = ShardSet(Path(directory), manifest)
+    shard_set = open_set(Path(directory), manifest)
     bad_samples = 0
     try:
         for _, ids, _ in sample_segments(shard_set):

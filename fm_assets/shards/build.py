@@ -36,6 +36,7 @@ from fm_assets.shards.packing import PackedSequence, pack_documents, packing_eff
 from fm_assets.shards.writer import ShardSetHeader, write_shard_set
 from fm_assets.stages.tokenize import TokenizeStage, eos_token_id, load_tokenizer
 from fm_assets.storage import catalog
+from fm_assets.storage.landing import TEXT_MODALITY
 from fm_assets.storage.objectstore import ObjectStore, open_object_store
 from fm_assets.versions.dataset_version import (
     DatasetVersion,
@@ -92,7 +93,7 @@ def shard_set_key(version_key: str, config: str) -> str:
     return f"{version_key}/{config}"
 
 
-def _pad_id(tokenizer: object) -> int:
+def pad_token_id(tokenizer: object) -> int:
 
     for token in PAD_CANDIDATES:
         token_id = tokenizer.token_to_id(token)  # type: ignore[attr-defined]
@@ -174,6 +175,19 @@ def build_shard_set(
 
     version = require_version(settings, version_key)
     refuse_revoked(settings, version_key)
+    if version.modality != TEXT_MODALITY:
+        # Its own layout: one pair per sample, by aspect bucket (imports this module).
+        from fm_assets.shards.pairs import build_pair_set
+
+        return build_pair_set(
+            settings,
+            version,
+            tokenizer,
+            seq_len,
+            run_id=run_id,
+            progress=progress,
+            shard_size_bytes=shard_size_bytes,
+        )
     config = shard_config_key(tokenizer.tokenizer_hash, seq_len)
     key = shard_set_key(version_key, config)
     store = open_object_store(settings)
@@ -226,7 +240,7 @@ def build_shard_set(
             out_dir,
             seq_len=seq_len,
             vocab_size=tokenizer.vocab_size,
-            pad_token_id=_pad_id(tok),
+            pad_token_id=pad_token_id(tok),
             header=header,
             size_limit_bytes=shard_size_bytes,
         )
@@ -234,7 +248,7 @@ def build_shard_set(
         (Path(out_dir) / NAMESPACES_NAME).write_text(namespaces_json(namespaces))
         return written
 
-    manifest = _write_and_publish(store, prefix, write, progress)
+    manifest = write_and_publish(store, prefix, write, progress)
     # Before the set's row: a registered set always has its lineage.
     record_lineage(settings, key, sequences, version)
     register_shard_set(
@@ -283,7 +297,7 @@ def register_shard_set(
     catalog.append_rows(settings, "shard_sets", pa.Table.from_pylist([row]))
 
 
-def _write_and_publish(
+def write_and_publish(
     store: ObjectStore,
     prefix: str,
     write: Callable[[str], ShardSetManifest],

@@ -87,7 +87,7 @@ def write_lineage(
     if len(namespaces) == 1:
         parts = {namespaces[0]: rows}
     else:
-        held = version_documents(settings, version, "tokenized_documents", ("doc_id", "namespace"))
+        held = version_documents(settings, version, version.pipeline.final, ("doc_id", "namespace"))
         owner = dict(
             zip(
                 held.column("doc_id").to_pylist(), held.column("namespace").to_pylist(), strict=True

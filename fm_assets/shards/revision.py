@@ -92,7 +92,9 @@ def build_version_shard_set(
     existing set is found, not rebuilt."""
     version = require_version(settings, version_key)
     config = shard_config_key(tokenizer.tokenizer_hash, seq_len)
-    base = _revision_base(settings, version, config)
+    # An image-text set is rebuilt whole from the replacement version: one pair per sample,
+    # nothing packed to keep, and its shards are written in bucket order from the version.
+    base = _revision_base(settings, version, config) if version.modality == "text" else None
     if base is None or read_shard_set_row(settings, shard_set_key(version_key, config)):
         # Also what refuses a revoked version, naming its replacement.
         return build_shard_set(

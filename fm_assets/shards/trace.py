@@ -15,6 +15,7 @@ from fm_assets.settings import Settings
 from fm_assets.shards.build import read_shard_set_row
 from fm_assets.shards.lineage import sample_segments, samples_holding
 from fm_assets.storage import bookkeeping, catalog
+from fm_assets.storage.landing import IMAGE_TEXT_MODALITY, TEXT_MODALITY
 from fm_assets.storage.maintenance.history import ancestors
 from fm_assets.storage.schemas import PROVENANCE_FIELDS
 from fm_assets.versions.dataset_version import DatasetVersion, require_version
@@ -23,8 +24,12 @@ from fm_assets.versions.revocation import all_versions
 from fm_loader.sources.provenance import read_revocation, read_run_record, read_run_records
 
 _PROVENANCE = tuple(f.name for f in PROVENANCE_FIELDS)
-# Where a raw record is in its landed file (raw_documents only).
-_POSITION = ("record_offset", "record_line", "warc_record_id")
+# Where a raw record is in its landed file, per modality: a WARC record's offset, line and id;
+# a pair's tar member (and its header's offset) or Parquet row.
+_POSITION = {
+    TEXT_MODALITY: ("record_offset", "record_line", "warc_record_id"),
+    IMAGE_TEXT_MODALITY: ("record_offset", "record_line", "image_member"),
+}
 
 
 def stage_code_versions(settings: Settings, version: DatasetVersion) -> dict[str, dict[str, str]]:
@@ -64,11 +69,12 @@ def describe_sample(settings: Settings, shard_set_key: str, sample: int) -> list
     version = require_version(settings, str(row["version_key"]))
     segments = sample_segments(settings, shard_set_key, sample, version)
     doc_ids = sorted({s["doc_id"] for s in segments})
+    position = _POSITION[version.modality]
     raw = version_documents(
         settings,
         version,
-        "raw_documents",
-        (*_PROVENANCE, *_POSITION, "raw_size"),
+        version.pipeline.names[0],
+        (*_PROVENANCE, *position, "raw_size"),
         catalog.where_in("doc_id", doc_ids),
     )
     by_id = {r["doc_id"]: r for r in raw.to_pylist()}
@@ -79,7 +85,8 @@ def describe_sample(settings: Settings, shard_set_key: str, sample: int) -> list
         if origin is None:
             raise ValueError(
                 f"document {segment['doc_id']} of {shard_set_key} sample {sample} is missing "
-                f"from raw_documents at {version.version_key}'s snapshot: were snapshots expired?"
+                f"from {version.pipeline.names[0]} at {version.version_key}'s snapshot: were "
+                "snapshots expired?"
             )
         out.append(
             {
@@ -93,7 +100,7 @@ def describe_sample(settings: Settings, shard_set_key: str, sample: int) -> list
                 "source_file": origin["source_file"],
                 "record_id": origin["record_id"],
                 "record_index": _record_index(origin["record_id"]),
-                **{name: origin[name] for name in _POSITION},
+                **{name: origin[name] for name in position},
                 "url": origin["url"],
                 "external_id": origin["external_id"],
                 "source": origin["source"],
@@ -118,15 +125,19 @@ def _shard_set_rows(settings: Settings) -> dict[str, dict[str, Any]]:
 
 
 def document_ids(settings: Settings, ref: str) -> list[str]:
-    """Doc ids named by `ref`: a doc id, or the sha256 of raw record bytes."""
-    found = catalog.read_namespaces(
-        settings,
-        "raw_documents",
-        catalog.data_namespaces(settings),
-        catalog.where_equal("raw_sha256", ref),
-        ("doc_id",),
-    )
-    return sorted({ref, *found.column("doc_id").to_pylist()})
+    """Doc ids named by `ref`: a doc id, or the sha256 of raw record bytes (of a pair: of its
+    landed image, so every pair holding that image)."""
+    found: set[str] = set()
+    for first in sorted({p.names[0] for p in PIPELINES.values()}):
+        rows = catalog.read_namespaces(
+            settings,
+            first,
+            catalog.data_namespaces(settings),
+            catalog.where_equal("raw_sha256", ref),
+            ("doc_id",),
+        )
+        found.update(rows.column("doc_id").to_pylist())
+    return sorted({ref, *found})
 
 
 def versions_holding(settings: Settings, doc_ids: list[str]) -> list[str]:

@@ -131,7 +131,7 @@ class SampleEncoder:
         }
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     # Readers treat the manifest's presence as "complete": never let them see a prefix.
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     with open(tmp, "w", encoding="utf-8") as f:
@@ -224,7 +224,7 @@ def write_shard_set(
         packing_efficiency=num_tokens / (num_samples * seq_len),
         shards=_shard_infos(shards, tokens_per_sample),
     )
-    _write_atomic(local / MANIFEST_NAME, manifest.to_json())
+    write_atomic(local / MANIFEST_NAME, manifest.to_json())
     if isinstance(out_dir, tuple):
         _upload(local, out_dir[1], [*(info.name for info in manifest.shards), INDEX_NAME])
     return manifest

@@ -98,8 +98,17 @@ class ShardSetManifest:
     @property
     def sample_kind(self) -> str:
         """What its samples are (`fm_loader.samples.kind`): packed token sequences, the one
-        kind this format version holds."""
+        kind this format version holds (format 2, `format.pair_set`, holds image-text pairs)."""
         return "tokens"
+
+    def layout_fingerprint(self) -> str:
+        """The schema fingerprint this loader computes for the set's layout: its manifest must
+        say the same (`sources.resolve.check_compatible`)."""
+        return schema_fingerprint(self.seq_len, self.token_dtype)
+
+    def columns(self) -> dict[str, str]:
+        """The set's MDS columns and encodings."""
+        return mds_columns(self.seq_len, self.token_dtype)
 
     def to_json(self) -> str:
         """Canonical JSON (sorted keys, fixed separators) so equal manifests hash equally."""
@@ -118,18 +127,19 @@ class ShardSetManifest:
         if version != MANIFEST_FORMAT_VERSION:
             raise ValueError(
                 f"unsupported shard-set manifest format_version {version!r}; this loader reads "
-                f"version {MANIFEST_FORMAT_VERSION}. Upgrade fm_loader or rebuild the shard set "
+                f"version {MANIFEST_FORMAT_VERSION} (packed tokens) and 2 (image-text pairs). "
+                "Upgrade fm_loader or rebuild the shard set "
                 "with this pipeline (`fm shards build DATASET@vN --tokenizer PATH --seq-len N`)"
             )
         shards = obj.get("shards")
         if not isinstance(shards, list):
             raise ValueError("manifest field 'shards' must be a list")
-        fields_ = {**obj, "shards": tuple(_build(ShardInfo, s, "shard") for s in shards)}
-        manifest = _build(cls, fields_, "manifest")
-        manifest._check_consistency()
+        fields_ = {**obj, "shards": tuple(build_dataclass(ShardInfo, s, "shard") for s in shards)}
+        manifest = build_dataclass(cls, fields_, "manifest")
+        manifest.check_consistency()
         return manifest
 
-    def _check_consistency(self) -> None:
+    def check_consistency(self) -> None:
         if self.token_dtype not in TOKEN_DTYPES:
             raise ValueError(f"manifest token_dtype {self.token_dtype!r} not in {TOKEN_DTYPES}")
         if self.seq_len <= 0 or self.num_samples < 0 or self.num_tokens < 0:
@@ -152,7 +162,7 @@ class ShardSetManifest:
             raise ValueError("manifest num_tokens differs from the sum over its shards")
 
 
-def _build(cls: type[_T], obj: Any, what: str) -> _T:
+def build_dataclass(cls: type[_T], obj: Any, what: str) -> _T:
     """Instantiate a manifest dataclass from a dict, checking keys and primitive types."""
     if not isinstance(obj, dict):
         raise ValueError(f"{what} must be a JSON object, got {type(obj).__name__}")
@@ -210,11 +220,21 @@ def read_manifest_bytes(dir_or_uri: str | Path) -> bytes:
 
 def read_manifest(dir_or_uri: str | Path) -> ShardSetManifest:
     """Read and validate the manifest of a shard-set directory (a path or file:// URI)."""
-    return ShardSetManifest.from_json(read_manifest_bytes(dir_or_uri).decode("utf-8"))
+    return _parse(read_manifest_bytes(dir_or_uri))
 
 
 def _parse(data: bytes) -> ShardSetManifest:
-    return ShardSetManifest.from_json(data.decode("utf-8"))
+    """A shard set's manifest: format 1 (packed tokens), or format 2 (image-text pairs)."""
+    text = data.decode("utf-8")
+    try:
+        version = json.loads(text).get("format_version")
+    except (json.JSONDecodeError, RecursionError, AttributeError):
+        version = None  # from_json says what is wrong
+    if version == 2:
+        from fm_loader.format.pair_set import PairSetManifest  # imports this module
+
+        return PairSetManifest.from_json(text)
+    return ShardSetManifest.from_json(text)
 
 
 SHARD_SETS: SetFormat[ShardSetManifest] = SetFormat(

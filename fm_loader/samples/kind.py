@@ -28,7 +28,7 @@ Batch = dict[str, Any]
 Arrays = dict[str, npt.NDArray[Any]]
 
 # Kind name (what a manifest's `sample_kind` says) -> the module defining `KIND`.
-KINDS = {"tokens": "fm_loader.samples.tokens"}
+KINDS = {"tokens": "fm_loader.samples.tokens", "image_text": "fm_loader.samples.image_text"}
 
 
 @dataclass(frozen=True)

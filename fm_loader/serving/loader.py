@@ -85,7 +85,7 @@ class FmLoader:
 
     def __len__(self) -> int:
         """Batches left in the epoch for this rank."""
-        return -(-len(self.dataset) // self.batch_size)
+        return self.dataset.batches_left(self.batch_size)
 
     def __iter__(self) -> Iterator[Batch]:
         if self.num_workers:
@@ -153,7 +153,7 @@ class FmLoader:
             tokens = int(batch["num_tokens"].sum())
         self.metrics.record_batch(batch["sample_index"].shape[0], tokens, fetches)
         self._tracker.add(batch)
-        return batch
+        return self.dataset.finish_batch(batch)
 
     def state_dict(self) -> dict[str, Any]:
         """The dataset's state at exactly the samples this loader handed to the trainer."""
@@ -173,7 +173,7 @@ def _built(dataset: Served, pin_memory: bool) -> Iterator[Built]:
     fetches (seconds) and refetched bytes building it cost."""
     for arrays in dataset.batch_stream(0, 1, arrays=True):
         samples, tokens = len(arrays["sample_index"]), int(arrays["num_tokens"].sum())
-        batch = as_tensors(arrays)
+        batch = dataset.finish_batch(as_tensors(arrays))
         if pin_memory:
             batch = {k: v.pin_memory() if torch.is_tensor(v) else v for k, v in batch.items()}
         yield batch, samples, tokens, dataset.take_fetch_latencies(), dataset.take_refetched_bytes()

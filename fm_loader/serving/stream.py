@@ -77,12 +77,24 @@ class StreamDataset(torch.utils.data.IterableDataset[Sample], Generic[SetT]):
         # Open cache entries stay pinned (never evicted) while this dataset lives.
         self._pins: list[EntryPin] = [r.pin for r in resolved if r.pin is not None]
         self.cache_uses: list[CacheUse] = [r.cache_use for r in resolved if r.cache_use is not None]
-        sizes = [len(s) for s in sets]
+        sizes = self.stream_sizes(sets)
         self._weights = spec.integer_weights(sizes)
         self.epoch_length = spec.epoch_length(sizes)  # positions: samples, or documents
         self.set_epoch(options.epoch)
 
     # -- what each dataset defines ------------------------------------------------------------
+    def stream_sizes(self, sets: list[SetT]) -> list[int]:
+        """What the mixture counts of each source: its samples (a stream of batches: units)."""
+        return [len(s) for s in sets]
+
+    def finish_batch(self, batch: Batch) -> Batch:
+        """A batch as the trainer gets it, once in the trainer's process (tensors)."""
+        return batch
+
+    def batches_left(self, batch_size: int) -> int:
+        """Batches of `batch_size` left in the epoch for this rank."""
+        return -(-len(self) // batch_size)
+
     @property
     def seq_len(self) -> int:
         raise NotImplementedError

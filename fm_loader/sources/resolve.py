@@ -17,12 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from fm_loader.format.manifest import (
-    SHARD_SETS,
-    ShardSetManifest,
-    local_directory,
-    schema_fingerprint,
-)
+from fm_loader.format.manifest import SHARD_SETS, ShardSetManifest, local_directory
 from fm_loader.format.set_format import SetFormat, SetManifest
 from fm_loader.format.text_set import TEXT_SETS, TextSetManifest
 from fm_loader.options import LoaderOptions
@@ -189,7 +184,7 @@ def check_compatible(
     """Refuse a shard set this trainer or this loader version cannot serve correctly."""
     where = f"shard set {manifest.shard_set_key}"
     rebuild = SHARD_SETS.hint(manifest.source_version)
-    ours = schema_fingerprint(manifest.seq_len, manifest.token_dtype)
+    ours = manifest.layout_fingerprint()
     if manifest.schema_fingerprint != ours:
         raise ValueError(
             f"{where} has schema fingerprint {manifest.schema_fingerprint}, but this loader "
