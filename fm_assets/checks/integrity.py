@@ -33,7 +33,7 @@ from fm_assets.storage.data_files import file_sha256, plan_files
 from fm_assets.storage.landing import batch_id_for, manifest_checksum, read_manifest
 from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions.dataset_version import parse_version_key, require_version
-from fm_loader.format.manifest import INDEX_NAME, MANIFEST_NAME, ShardSetManifest
+from fm_loader.format.manifest import INDEX_NAME, MANIFEST_NAME, parse_manifest
 from fm_loader.storage.remote import filesystem_for
 
 
@@ -238,7 +238,7 @@ def _shard_set(settings: Settings, key: str, result: Verification) -> None:
     if sha != row["manifest_sha256"]:
         result.flag(manifest_uri, f"sha256 {sha}, the catalog pins {row['manifest_sha256']}")
         return
-    manifest = ShardSetManifest.from_json(manifest_bytes.decode())
+    manifest = parse_manifest(manifest_bytes.decode())
     try:
         with fs.open_input_stream(f"{root}/{INDEX_NAME}", compression=None) as f:
             index = json.loads(f.read())

@@ -67,13 +67,20 @@ def lineage_revocations() -> None:
 
 
 @click.command()
-@click.option("--doc", "doc_id", default=None, help="A document id (or raw sha256).")
+@click.option("--doc", "doc_id", default=None, help="A document (or image-text pair) id.")
+@click.option(
+    "--raw-sha256",
+    "raw_sha256",
+    default=None,
+    help="The sha256 of landed bytes: a text document's, or an image's (every pair holding it).",
+)
 @click.option("--source", default=None, help="A source name, as landed.")
 @click.option("--license", "license_", default=None, help="An SPDX licence id, as landed.")
 @click.option("--batch", "batch_id", default=None, help="A landing batch id.")
 @click.option("--reason", required=True, help="Why: kept with the revocation for audits.")
 def revoke(
     doc_id: str | None,
+    raw_sha256: str | None,
     source: str | None,
     license_: str | None,
     batch_id: str | None,
@@ -86,10 +93,18 @@ def revoke(
     """
     from fm_assets.commands.operations import revoke as run_revocation
 
-    named = {"doc": doc_id, "source": source, "license": license_, "batch": batch_id}
+    named = {
+        "doc": doc_id,
+        "raw": raw_sha256,
+        "source": source,
+        "license": license_,
+        "batch": batch_id,
+    }
     chosen = [(k, v) for k, v in named.items() if v is not None]
     if len(chosen) != 1:
-        raise ValueError("name exactly one of --doc, --source, --license or --batch to revoke")
+        raise ValueError(
+            "name exactly one of --doc, --raw-sha256, --source, --license or --batch to revoke"
+        )
     criterion, value = chosen[0]
     report = run_revocation(load_settings(), criterion, value, reason, _echo)
     click.echo(f"revocation {report.revocation.revocation_id}")

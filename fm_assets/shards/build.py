@@ -46,7 +46,7 @@ from fm_assets.versions.dataset_version import (
 )
 from fm_assets.versions.reader import version_documents
 from fm_assets.versions.revocation import replacement_of
-from fm_loader.format.manifest import MANIFEST_NAME, ShardSetManifest
+from fm_loader.format.manifest import MANIFEST_NAME, ShardSetManifest, parse_manifest
 from fm_loader.sources.provenance import NAMESPACES_NAME, namespaces_json
 
 _CONFIG = re.compile(r"^(?P<tok>[0-9a-f]{12})-s(?P<seq>[1-9][0-9]*)$")
@@ -201,7 +201,7 @@ def build_shard_set(
     )
     manifest_key = f"{prefix}/{MANIFEST_NAME}"
     if existing is not None and store.exists(manifest_key):
-        manifest = ShardSetManifest.from_json(store.read_bytes(manifest_key).decode("utf-8"))
+        manifest = parse_manifest(store.read_bytes(manifest_key).decode("utf-8"))
         if manifest.version_content_hash == version.content_hash:
             progress(f"{key}: already built, nothing to do")
             docs_tokens = int(existing["num_tokens"])

@@ -51,7 +51,13 @@ from fm_assets.storage.objectstore import ObjectStore, open_object_store
 from fm_assets.versions.dataset_version import DatasetVersion, namespaces_of, require_version
 from fm_assets.versions.membership import revoked_exclusions
 from fm_assets.versions.revocation import replaced_base
-from fm_loader.format.manifest import INDEX_NAME, MANIFEST_NAME, ShardInfo, ShardSetManifest
+from fm_loader.format.manifest import (
+    INDEX_NAME,
+    MANIFEST_NAME,
+    ShardInfo,
+    ShardSetManifest,
+    parse_manifest,
+)
 from fm_loader.sources.provenance import NAMESPACES_NAME, namespaces_json
 
 
@@ -143,7 +149,7 @@ def rebuild_without(
 
     store = open_object_store(settings)
     old_prefix = store.key_of(str(old_row["uri"]))
-    old = ShardSetManifest.from_json(store.read_bytes(f"{old_prefix}/{MANIFEST_NAME}").decode())
+    old = parse_manifest(store.read_bytes(f"{old_prefix}/{MANIFEST_NAME}").decode())
     old_index = json.loads(store.read_bytes(f"{old_prefix}/{INDEX_NAME}"))
     new_key = shard_set_key(replacement.version_key, config)
     namespaces = namespaces_of(settings, replacement)

@@ -40,7 +40,7 @@ from fm_assets.versions.revocation import (
     replacement_of,
     revoke_versions,
 )
-from fm_loader.format.manifest import MANIFEST_NAME, ShardSetManifest
+from fm_loader.format.manifest import MANIFEST_NAME, parse_manifest
 from fm_loader.sources.provenance import (
     PROVENANCE_FORMAT_VERSION,
     Revocation,
@@ -170,7 +170,7 @@ def finish_revocation(
         cost = {"bytes_rewritten": 0, "bytes_total": 0, "shards_rewritten": 0, "shards_total": 0}
         if built is not None and item.build:
             manifests = [
-                ShardSetManifest.from_json(
+                parse_manifest(
                     store.read_bytes(f"{store.key_of(str(row['uri']))}/{MANIFEST_NAME}").decode()
                 )
                 for row in (old, built)

@@ -25,6 +25,9 @@ from fm_assets.storage.tables import TableSpec, declare
 # What a revocation can name, and the provenance column (on every document table) it matches.
 CRITERIA: dict[str, str] = {
     "doc": "doc_id",
+    # The landed bytes: of a text document, its doc id again; of an image-text pair, its
+    # image, so every pair (caption) landed with that image.
+    "raw": "raw_sha256",
     "source": "source",
     "license": "license",
     "batch": "batch_id",

@@ -10,6 +10,7 @@ which holds the documents too, gets a replacement of its own.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 from dataclasses import dataclass
@@ -123,14 +124,14 @@ def cut_replacement(
     content_hash = hashlib.sha256(
         "\n".join([version.content_hash, *sorted(doc_ids)]).encode()
     ).hexdigest()
-    replacement = DatasetVersion(
+    # Everything else (batches, tokenizer, modality, ...) is the version's own.
+    replacement = dataclasses.replace(
+        version,
         version_key=key,
         dataset=dataset,
         version=number,
-        batches=version.batches,
         snapshot_ids={ns: dict(tables) for ns, tables in version.snapshot_ids.items()},
         code_versions=dict(version.code_versions),
-        tokenizer_hash=version.tokenizer_hash,
         num_documents=version.num_documents - len(doc_ids),
         num_tokens=version.num_tokens - int(pc.sum(removed.column("num_tokens")).as_py() or 0),
         content_hash=content_hash,

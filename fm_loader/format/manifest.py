@@ -224,8 +224,12 @@ def read_manifest(dir_or_uri: str | Path) -> ShardSetManifest:
 
 
 def _parse(data: bytes) -> ShardSetManifest:
-    """A shard set's manifest: format 1 (packed tokens), or format 2 (image-text pairs)."""
-    text = data.decode("utf-8")
+    return parse_manifest(data.decode("utf-8"))
+
+
+def parse_manifest(text: str) -> ShardSetManifest:
+    """A shard set's manifest: format 1 (packed tokens), or format 2 (image-text pairs,
+    `fm_loader.format.pair_set.PairSetManifest`); anything else raises ValueError."""
     try:
         version = json.loads(text).get("format_version")
     except (json.JSONDecodeError, RecursionError, AttributeError):

@@ -258,7 +258,7 @@ class EntryStatus:
 
 def cache_status(root: Path) -> list[EntryStatus]:
     """Every set in the cache, most recently used first."""
-    from fm_loader.format.manifest import MANIFEST_NAME, ShardSetManifest
+    from fm_loader.format.manifest import MANIFEST_NAME, parse_manifest
 
     pins = read_config(root).pins if root.is_dir() else {}
     out = []
@@ -271,7 +271,7 @@ def cache_status(root: Path) -> list[EntryStatus]:
         size = info.get("bytes")
         total = size if isinstance(size, int) else 0
         if not info and complete:  # cached before entries described themselves
-            manifest = ShardSetManifest.from_json(manifest_file.read_text())
+            manifest = parse_manifest(manifest_file.read_text())
             info = {"shard_set_key": manifest.shard_set_key, "uri": ""}
             shard_names = [s.name for s in manifest.shards]
             total = sum(s.bytes for s in manifest.shards)
