@@ -116,6 +116,8 @@ class Prefetcher:
 
     def _take_or_build(self) -> Any:
         """The next batch once the build in progress (if any) is done: it comes first."""
+        if self._thread is None:  # nobody else builds: no lock to take
+            return self._build(in_background=False)
         with self._lock:  # the thread appends only while holding it
             return self._ready.popleft() if self._ready else self._build(in_background=False)
 
@@ -149,7 +151,8 @@ class Prefetcher:
     def _build(self, in_background: bool) -> Any:
         """The next batch of the stream (holding `_lock`); `_END` after the last. In the
         background an exception is kept for the trainer, who raises it in its turn."""
-        started = time.perf_counter()
+        timed = self._watch_cpu or in_background  # a build's time matters once steps are long
+        started = time.perf_counter() if timed else 0.0
         try:
             item: Any = next(self._batches)
         except StopIteration:
@@ -160,5 +163,6 @@ class Prefetcher:
             if not in_background:
                 raise
             item = exc
-        self._build_s.append(time.perf_counter() - started)
+        if timed:
+            self._build_s.append(time.perf_counter() - started)
         return item
