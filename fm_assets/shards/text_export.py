@@ -5,7 +5,7 @@ less the documents it excludes) is written in doc_id order as MDS shards of (doc
 with `fm_text_manifest.json` last, at `texts/<namespaces>/<dataset>/v<N>/` in the object store
 (below the data namespaces it holds, like shard sets, for bucket policies), and
 registered in the `text_sets` table; `fm_loader.make_dataset(..., tokenize_online=True)` reads
-it (`fm_loader.text_set`). Exporting a version twice writes the same bytes (same order, same
+it (`fm_loader.format.text_set`). Exporting a version twice writes the same bytes (same order, same
 content) and does no work when its set is already published.
 """
 
