@@ -53,6 +53,9 @@ class Settings:
     # Warm Ray workers that outlive a command (execution/warm_pool.py): "auto" (one per CPU of
     # the local Ray, none on a cluster), or how many ("0": plain tasks).
     warm_workers: str = "auto"
+    # A local Ray head (no RAY_ADDRESS) stops itself after this long with no driver connected
+    # (execution/ray_watchdog.py); 0: it runs until `fm ray stop`.
+    ray_idle_stop_s: float = 900.0
 
     @property
     def dagster_home(self) -> Path:
@@ -100,6 +103,16 @@ def _check_formats(env: dict[str, str]) -> None:
             f"FM_WARM_WORKERS must be auto or a number of workers (0: plain Ray tasks), got "
             f"{warm!r}"
         )
+    idle = env.get("FM_RAY_IDLE_STOP_S") or "900"
+    try:
+        idle_ok = float(idle) >= 0
+    except ValueError:
+        idle_ok = False
+    if not idle_ok:
+        raise ValueError(
+            f"FM_RAY_IDLE_STOP_S must be the seconds a local Ray may stay idle before it stops "
+            f"(0: never), got {idle!r}"
+        )
     for name in ("FM_OBJECT_STORE", "FM_WAREHOUSE"):
         value = env.get(name) or ""
         if "://" in value and not value.startswith(("s3://", "file://")):
@@ -128,4 +141,5 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         shared_data=Path(env.get("FM_SHARED_DATA") or "../shared/data").expanduser().absolute(),
         dagster_pg_url=env.get("FM_DAGSTER_PG_URL") or None,
         warm_workers=env.get("FM_WARM_WORKERS") or "auto",
+        ray_idle_stop_s=float(env.get("FM_RAY_IDLE_STOP_S") or "900"),
     )
