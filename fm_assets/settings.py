@@ -56,6 +56,10 @@ class Settings:
     # A local Ray head (no RAY_ADDRESS) stops itself after this long with no driver connected
     # (execution/ray_watchdog.py); 0: it runs until `fm ray stop`.
     ray_idle_stop_s: float = 900.0
+    # On a Ray cluster (RAY_ADDRESS), a stage cuts its input into slices of about this many
+    # bytes (a stage of k slices per CPU, k times smaller), however many CPUs the cluster has
+    # when it starts: nodes that join mid-stage find work (execution/compute.planning_cpus).
+    cluster_slice_bytes: int = 16 << 20
 
     @property
     def dagster_home(self) -> Path:
@@ -113,6 +117,12 @@ def _check_formats(env: dict[str, str]) -> None:
             f"FM_RAY_IDLE_STOP_S must be the seconds a local Ray may stay idle before it stops "
             f"(0: never), got {idle!r}"
         )
+    slice_bytes = env.get("FM_SLICE_BYTES") or str(16 << 20)
+    if not slice_bytes.isdigit() or int(slice_bytes) < 1:
+        raise ValueError(
+            f"FM_SLICE_BYTES must be the bytes of input one task of a stage reads on a Ray "
+            f"cluster (a positive integer, default {16 << 20}), got {slice_bytes!r}"
+        )
     for name in ("FM_OBJECT_STORE", "FM_WAREHOUSE"):
         value = env.get(name) or ""
         if "://" in value and not value.startswith(("s3://", "file://")):
@@ -142,4 +152,5 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         dagster_pg_url=env.get("FM_DAGSTER_PG_URL") or None,
         warm_workers=env.get("FM_WARM_WORKERS") or "auto",
         ray_idle_stop_s=float(env.get("FM_RAY_IDLE_STOP_S") or "900"),
+        cluster_slice_bytes=int(env.get("FM_SLICE_BYTES") or str(16 << 20)),
     )

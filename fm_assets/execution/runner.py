@@ -25,7 +25,14 @@ from pyiceberg.manifest import DataFile
 
 from fm_assets.curation.policy import DatasetPolicy, load_policy
 from fm_assets.execution import pipeline
-from fm_assets.execution.compute import Progress, ensure_ray, ray_cpus, remote, run_tasks
+from fm_assets.execution.compute import (
+    Progress,
+    ensure_ray,
+    guarded,
+    planning_cpus,
+    remote,
+    run_tasks,
+)
 from fm_assets.execution.exact_dedup import run_raw
 from fm_assets.execution.near_dedup import run_near_dedup
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, process_files
@@ -50,7 +57,7 @@ from fm_assets.storage.landing import (
     published_log,
     read_manifest,
 )
-from fm_assets.storage.locks import exclusive
+from fm_assets.storage.locks import HeldLock, check_all, exclusive
 from fm_assets.storage.objectstore import open_object_store
 
 
@@ -73,6 +80,7 @@ class StageRunReport:
     quarantine_rules: dict[str, int] = field(default_factory=dict)
     slices: int = 0  # Ray tasks the input was cut into
     bytes_in: int = 0  # input bytes read (landed files, or the upstream data files)
+    nodes: int = 0  # Ray nodes the slices ran on
 
 
 def _digest(*parts: str) -> str:
@@ -149,25 +157,31 @@ def run_stage(
     """Run `stage_name` for `batch_id` unless its content key is already committed.
 
     One run at a time per stage and batch, whoever started it (two `fm run`, the sensor, a
-    backfill): a second waits, then finds the stage up to date. The lock dies with its holder.
+    backfill): a second waits, then finds the stage up to date. The lock dies with its holder;
+    a run that loses it (a dropped Postgres connection) fails with `LockLost` between two Ray
+    results or before its commits, instead of going on unlocked.
     """
-    with contextlib.ExitStack() as locks:
-        locks.enter_context(
-            exclusive(settings, f"stage {stage_name} of batch {batch_id}", progress)
-        )
-        if stage_name in NAMESPACE_WIDE:
-            # Dedup reads every other batch's index rows, then commits its own: one run at a
-            # time per data namespace (each has its own index), or two batches holding the
-            # same document would both keep it. (Dagster's `neardup` pool says the same for its
-            # runs; this holds for every caller, and lets near dedup compact its index.)
-            namespace = catalog.batch_namespace(settings, batch_id)
-            what = NAMESPACE_WIDE[stage_name]
-            locks.enter_context(exclusive(settings, f"{what} ({namespace} index)", progress))
-        return _run_stage(settings, stage_name, batch_id, run_id, progress)
+    names = [f"stage {stage_name} of batch {batch_id}"]
+    if stage_name in NAMESPACE_WIDE:
+        # Dedup reads every other batch's index rows, then commits its own: one run at a time
+        # per data namespace (each has its own index), or two batches holding the same
+        # document would both keep it. (Dagster's `neardup` pool says the same for its runs;
+        # this holds for every caller, and lets near dedup compact its index.)
+        namespace = catalog.batch_namespace(settings, batch_id)
+        names.append(f"{NAMESPACE_WIDE[stage_name]} ({namespace} index)")
+    with contextlib.ExitStack() as stack:
+        locks = [stack.enter_context(exclusive(settings, name, progress)) for name in names]
+        stack.enter_context(guarded(lambda: check_all(locks)))
+        return _run_stage(settings, stage_name, batch_id, run_id, progress, locks)
 
 
 def _run_stage(
-    settings: Settings, stage_name: str, batch_id: str, run_id: str | None, progress: Progress
+    settings: Settings,
+    stage_name: str,
+    batch_id: str,
+    run_id: str | None,
+    progress: Progress,
+    locks: list[HeldLock],
 ) -> StageRunReport:
     started = time.monotonic()
     plan = _plan(settings, stage_name, batch_id)
@@ -213,12 +227,14 @@ def _run_stage(
             f"stage {stage_name} read {records_in} records of {batch_id}, but {plan.upstream} "
             f"kept {plan.upstream_kept}; the input changed under the run: rerun it"
         )
+    check_all(locks, now=True)  # the commits below are the run's: only if still its own
     if plan.upstream is None:
         _pin_manifest(settings, batch_id)
     snapshot_id = _commit(settings, plan, outputs, outcomes, extra_files, run_id)
     rules = Counter[str]()
     for outcome in outcomes:
         rules.update(outcome.rules)
+    check_all(locks, now=True)  # the stage-run row says "done": never from an unlocked run
     record_stage_run(
         settings,
         {
@@ -246,6 +262,7 @@ def _run_stage(
         quarantine_rules=dict(sorted(rules.items())),
         slices=len(outcomes),
         bytes_in=sum(o.bytes_in for o in outcomes),
+        nodes=len({o.node for o in outcomes if o.node}),
     )
     progress(f"{stage_name}: {kept} kept, {bad} quarantined in {report.seconds:.2f}s")
     return report
@@ -263,10 +280,12 @@ def _execute(
 ) -> tuple[list[SliceOutcome], dict[str, list[DataFile]]]:
     """Run the stage's Ray work; return each slice's outcome and files of extra tables."""
 
-    cpus = ray_cpus()
+    # The CPUs to plan for: the local Ray's, or on a cluster as many as the data fills, so
+    # that nodes joining mid-stage find slices waiting.
     stage, batch_id, namespace = plan.stage, plan.manifest.batch_id, plan.manifest.namespace
     if isinstance(stage, RawStage):
         index = table_handle(settings, "document_index", namespace)
+        cpus = planning_cpus(settings, plan.manifest.total_bytes)
         run = run_raw(settings, stage, plan.manifest, outputs, index, cpus, progress)
         return run.slices, {"document_index": run.index_files}
     if plan.upstream is None:
@@ -279,6 +298,7 @@ def _execute(
         namespace,
     )
     source = table_handle(settings, plan.upstream, namespace)
+    cpus = planning_cpus(settings, sum(f.file.file_size_in_bytes for f in files))
     if isinstance(stage, NearDupStage):
         return run_near_dedup(settings, stage, source, files, outputs, cpus, progress)
     slices = range_slices(files, cpus, stage.slices_per_cpu)
