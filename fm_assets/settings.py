@@ -60,6 +60,9 @@ class Settings:
     # bytes (a stage of k slices per CPU, k times smaller), however many CPUs the cluster has
     # when it starts: nodes that join mid-stage find work (execution/compute.planning_cpus).
     cluster_slice_bytes: int = 16 << 20
+    # A step whose driver lost its Ray cluster is retried by Dagster after this long (a
+    # KubeRay head pod is back within about a minute; defs/ray_loss.py).
+    ray_lost_retry_s: float = 30.0
 
     @property
     def dagster_home(self) -> Path:
@@ -107,16 +110,17 @@ def _check_formats(env: dict[str, str]) -> None:
             f"FM_WARM_WORKERS must be auto or a number of workers (0: plain Ray tasks), got "
             f"{warm!r}"
         )
-    idle = env.get("FM_RAY_IDLE_STOP_S") or "900"
-    try:
-        idle_ok = float(idle) >= 0
-    except ValueError:
-        idle_ok = False
-    if not idle_ok:
-        raise ValueError(
-            f"FM_RAY_IDLE_STOP_S must be the seconds a local Ray may stay idle before it stops "
-            f"(0: never), got {idle!r}"
-        )
+    for name, meaning in (
+        ("FM_RAY_IDLE_STOP_S", "the seconds a local Ray may stay idle before it stops (0: never)"),
+        ("FM_RAY_LOST_RETRY_S", "the seconds to wait before retrying a step that lost Ray"),
+    ):
+        value = env.get(name) or "0"
+        try:
+            valid = float(value) >= 0
+        except ValueError:
+            valid = False
+        if not valid:
+            raise ValueError(f"{name} must be {meaning}, got {value!r}")
     slice_bytes = env.get("FM_SLICE_BYTES") or str(16 << 20)
     if not slice_bytes.isdigit() or int(slice_bytes) < 1:
         raise ValueError(
@@ -153,4 +157,5 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         warm_workers=env.get("FM_WARM_WORKERS") or "auto",
         ray_idle_stop_s=float(env.get("FM_RAY_IDLE_STOP_S") or "900"),
         cluster_slice_bytes=int(env.get("FM_SLICE_BYTES") or str(16 << 20)),
+        ray_lost_retry_s=float(env.get("FM_RAY_LOST_RETRY_S") or "30"),
     )

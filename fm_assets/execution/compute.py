@@ -125,6 +125,16 @@ def ensure_ray(settings: Settings, progress: Progress = lambda message: None) ->
     progress(f"Ray: {what} ({address}) in {time.monotonic() - started:.1f}s")
 
 
+def disconnect() -> None:
+    """Drop this process's connection to Ray (one that lost its cluster), so that the next
+    `ensure_ray` connects afresh: to the cluster at RAY_ADDRESS once it is back."""
+    import ray
+
+    with contextlib.suppress(Exception):  # a connection to a dead cluster may fail to close
+        ray.shutdown()
+    _connection.worker_env, _connection.warm_workers, _connection.pool = {}, 0, None
+
+
 def _warm_workers(settings: Settings) -> int:
     """How many warm workers to call (0: run tasks): FM_WARM_WORKERS, by default one per CPU of
     this FM_HOME's local Ray and none on a cluster, whose autoscaler sizes itself on tasks."""

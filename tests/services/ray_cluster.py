@@ -239,3 +239,80 @@ def ray_cluster(
         for process in reversed(processes):
             _stop(process)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@dataclass
+class RestartableHead:
+    """A one-node cluster whose head can crash and come back at the same addresses, as a KubeRay
+    head pod restarted behind its service: `kill()` SIGKILLs every process of the node, `start()`
+    starts a fresh head on the same GCS and Ray Client ports."""
+
+    gcs_port: int
+    client_port: int
+    cpus: int
+    temp_dir: Path
+    env: dict[str, str] = field(repr=False)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.gcs_port}"
+
+    @property
+    def client_address(self) -> str:
+        return f"ray://127.0.0.1:{self.client_port}"
+
+    def start(self) -> None:
+        command = [
+            _ray_binary(),
+            "start",
+            "--head",
+            "--block",
+            f"--port={self.gcs_port}",
+            f"--ray-client-server-port={self.client_port}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            "--node-ip-address=127.0.0.1",
+            f"--temp-dir={self.temp_dir}",
+            f"--num-cpus={self.cpus}",
+            *_node_ports(),
+        ]
+        log = self.temp_dir / "ray-start.log"
+        with log.open("ab") as out:
+            self.process = subprocess.Popen(
+                command, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        _wait_for_nodes(self.address, {"RAY_AUTH_MODE": "disabled"}, 1, log)
+
+    def kill(self) -> None:
+        """Every process of the node dies at once (a crashed pod): none cleans up after itself."""
+        from fm_assets.execution.local_ray import session_processes
+
+        if self.process is None:
+            return
+        for pid in session_processes(self.process.pid):  # workers have process groups of their own
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.process.wait(timeout=STOP_TIMEOUT_S)
+        self.process = None
+
+
+@contextlib.contextmanager
+def restartable_head(cpus: int = 2) -> Iterator[RestartableHead]:
+    """A started `RestartableHead` (no auth: the subject is losing the cluster); stopped after."""
+    temp_dir = Path(tempfile.mkdtemp(prefix="fm-ray-"))
+    gcs, client = _free_ports(2)
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+    }
+    head = RestartableHead(gcs, client, cpus, temp_dir, env)
+    try:
+        head.start()
+        yield head
+    finally:
+        if head.process is not None:
+            _stop(head.process)
+        shutil.rmtree(temp_dir, ignore_errors=True)
