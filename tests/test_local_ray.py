@@ -177,7 +177,7 @@ def test_an_idle_head_stops_itself_and_status_shows_what_runs(
         driver.stdin.close()  # type: ignore[union-attr]  # the driver disconnects and exits
         assert driver.wait(timeout=60) == 0
         _wait_until("the idle head stops itself", lambda: _session_gone(head.pid))
-        assert _session_gone(head.watchdog_pid)
+        _wait_until("its watchdog exits", lambda: _session_gone(head.watchdog_pid))  # type: ignore[arg-type]
         assert local_ray.running_local_ray(settings) is None
         after = CliRunner().invoke(main, ["ray", "status"])
         assert f"no local Ray runs for FM_HOME {home}" in after.output

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from fm_assets.execution.heap import freeze_long_lived
-from fm_assets.execution.local_ray import running_local_ray, start_local_ray
+from fm_assets.execution.local_ray import connecting, running_local_ray, start_local_ray
 from fm_assets.execution.warm_pool import WarmPool, open_pool
 from fm_assets.execution.warm_up import warm_worker
 from fm_assets.settings import Settings
@@ -108,16 +108,19 @@ def ensure_ray(settings: Settings, progress: Progress = lambda message: None) ->
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     worker_env = worker_environment(settings)
     what = "connected to the Ray cluster at RAY_ADDRESS"
-    if not settings.ray_address:
-        running = running_local_ray(settings)
-        what = "connected to this FM_HOME's local Ray" if running else "started a local Ray"
-    address = settings.ray_address or start_local_ray(settings)
-    ray.init(
-        address=address,
-        runtime_env={"env_vars": worker_env},
-        logging_level=logging.WARNING,
-        log_to_driver=False,
-    )
+    with contextlib.ExitStack() as held:
+        if not settings.ray_address:
+            # Its watchdog never stops a local head while a command connects to it.
+            held.enter_context(connecting(settings.home))
+            running = running_local_ray(settings)
+            what = "connected to this FM_HOME's local Ray" if running else "started a local Ray"
+        address = settings.ray_address or start_local_ray(settings)
+        ray.init(
+            address=address,
+            runtime_env={"env_vars": worker_env},
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+        )
     _connection.worker_env = worker_env
     _connection.warm_workers = _warm_workers(settings)
     _connection.pool = None

@@ -78,6 +78,19 @@ def launch_lock(home: Path, *, create: bool = True) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def connecting(home: Path) -> Iterator[None]:
+    """Held (shared) while a command connects to the local head: a driver shows in the head's
+    GCS only once connected, seconds later, and the watchdog never stops a head while this is
+    held (it takes it exclusively to stop one, so a command connects before or after, to a new
+    head)."""
+    directory = state_dir(home)
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / "connecting.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        yield
+
+
 def mark_activity(home: Path) -> None:
     """Tell the watchdog a command is about to use the head: it counts as use, so the head is
     not stopped while the command connects (a driver shows in the GCS only once connected)."""
@@ -109,10 +122,24 @@ def process_alive(pid: int) -> bool:
     return fields is None or fields[0] != "Z"
 
 
+def serves(state: HeadState) -> bool:
+    """Whether the head's own GCS is the one answering at its address. The port was free when
+    the head was launched, but another program (another Ray on the machine) may take it first:
+    the head then fails, and a connection to its address would reach that program."""
+    if not answers(state.address):
+        return False
+    flag = f"--gcs_server_port={state.address.rpartition(':')[2]}".encode()
+    for pid in session_processes(state.pid):
+        with contextlib.suppress(OSError):
+            if flag in (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0"):
+                return True
+    return False
+
+
 def running_local_ray(settings: Settings) -> str | None:
     """The address of this FM_HOME's running local Ray, or None."""
     state = head_state(settings.home)
-    if state is not None and process_alive(state.pid) and answers(state.address):
+    if state is not None and process_alive(state.pid) and serves(state):
         return state.address
     return None
 
@@ -213,24 +240,30 @@ def _starting(settings: Settings) -> tuple[str, int] | None:
 
 def start_local_ray(settings: Settings) -> str:
     """This FM_HOME's local Ray head's address: the running one, or one started (or being
-    started) and waited for."""
-    launch_local_ray(settings)
-    starting = _starting(settings)
-    if starting is None:
-        raise RuntimeError(
-            f"the local Ray did not start (see {state_dir(settings.home) / 'head.log'})"
-        )
-    address, pid = starting
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not answers(address):
-        if _starting(settings) is None or time.monotonic() > deadline:
-            kill_group(pid)
-            raise RuntimeError(
-                f"the local Ray did not start (see {state_dir(settings.home) / 'head.log'}); "
-                "set RAY_ADDRESS to use a running Ray cluster instead"
-            )
-        time.sleep(0.2)
-    return address
+    started) and waited for. A head that fails to start (its port taken meanwhile) is started
+    again on another port, twice."""
+    log = state_dir(settings.home) / "head.log"
+    for _ in range(3):
+        launch_local_ray(settings)
+        state = head_state(settings.home)
+        if state is None:
+            break
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while process_alive(state.pid) and not serves(state):
+            if time.monotonic() > deadline:
+                kill_group(state.pid)
+                raise RuntimeError(
+                    f"the local Ray did not start within {START_TIMEOUT_S:.0f} s (see {log}); "
+                    "set RAY_ADDRESS to use a running Ray cluster instead"
+                )
+            time.sleep(0.2)
+        if process_alive(state.pid):
+            return state.address
+        stop_local_ray(settings)  # its watchdog, and the state: the next launch starts anew
+    raise RuntimeError(
+        f"the local Ray did not start (see {log}); set RAY_ADDRESS to use a running Ray "
+        "cluster instead"
+    )
 
 
 def stop_local_ray(settings: Settings, timeout: float = 30.0) -> bool:
@@ -273,10 +306,14 @@ def _left_after(pid: int, timeout: float) -> list[int]:
     """Wait up to `timeout` for the session led by `pid` to end; the processes still in it."""
     deadline = time.monotonic() + timeout
     while True:
-        if pid in _STARTED and _STARTED[pid].poll() is not None:
-            del _STARTED[pid]  # reaped: a zombie leader would count as alive to others
         left = session_processes(pid)
-        if not left or time.monotonic() > deadline:
+        # Reap a leader we started once it exits (after listing: one that exits meanwhile is
+        # listed and looked at again), or its zombie would count as alive to `kill 0`.
+        ours = _STARTED.get(pid)
+        if ours is not None and ours.poll() is not None:
+            del _STARTED[pid]
+            ours = None
+        if (not left and ours is None) or time.monotonic() > deadline:
             return left
         time.sleep(0.2)
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fm_assets.execution.local_ray import (
-    answers,
     head_state,
     process_alive,
+    serves,
     session_processes,
     state_dir,
 )
@@ -84,7 +84,7 @@ def local_ray_status(settings: Settings) -> LocalRayStatus | None:
     return LocalRayStatus(
         home=settings.home,
         address=state.address,
-        answering=answers(state.address),
+        answering=serves(state),
         pid=state.pid,
         uptime_s=None if started is None else max(0.0, time.time() - started),
         memory_bytes=sum(process_memory(pid) for pid in members),

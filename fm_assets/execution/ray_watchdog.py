@@ -1,5 +1,5 @@
 """Stops a local Ray head nobody uses: one watchdog process runs beside each head that
-`local_ray` starts, and stops the head's process group when
+`local_ray` starts, and stops the head's processes when
 
 - no driver has been connected to it for `FM_RAY_IDLE_STOP_S` (read when the head started);
 - its FM_HOME is gone (a deleted temporary home), or its state file no longer names it (no
@@ -8,14 +8,16 @@
 and exits when the head does. Idle is what Ray's own idle termination of a KubeRay cluster
 counts: no live driver in the head's GCS job table (Ray's internal drivers, and detached actors
 such as the warm workers, do not count); a driver that came and went between two looks, and a
-command about to connect (`local_ray.mark_activity`), count as use. A GCS that does not answer
-counts as in use, as in Ray: only a head seen idle is stopped.
+command about to connect or connecting (`local_ray.mark_activity`, `local_ray.connecting`)
+count as use. A GCS that does not answer counts as in use, as in Ray: only a head seen idle is
+stopped.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import time
@@ -24,11 +26,12 @@ from pathlib import Path
 
 from fm_assets.execution.local_ray import (
     START_TIMEOUT_S,
-    answers,
+    HeadState,
     head_state,
     kill_group,
     launch_lock,
     process_alive,
+    serves,
 )
 
 # Ray's own drivers (the dashboard's) run in namespaces with this prefix.
@@ -60,7 +63,7 @@ def _poll_s(idle_stop_s: float) -> float:
 
 def _live_drivers(watch: _Watch) -> tuple[int, ...] | None:
     """Pids of the drivers connected to the head, or None when its GCS does not answer."""
-    if not answers(watch.address):
+    if not serves(HeadState(watch.address, watch.pid)):  # only its own GCS: never another Ray's
         return None
     try:
         if watch.gcs is None:
@@ -143,7 +146,13 @@ def _stop_if_still_idle(watch: _Watch) -> bool:
     with contextlib.ExitStack() as held:
         try:
             held.enter_context(launch_lock(watch.home, create=False))
+            connecting = held.enter_context((watch.state_dir / "connecting.lock").open("a"))
         except OSError:  # the home went away meanwhile: the next look stops the head for that
+            return False
+        try:  # held through the stop: a command connects before it, or after, to a new head
+            fcntl.flock(connecting, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # a command is connecting: that is use
+            watch.active_at = time.time()
             return False
         since = max(watch.active_at, watch.job_ended_at, _activity_at(watch))
         idle_s = time.time() - since
