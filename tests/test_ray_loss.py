@@ -72,6 +72,7 @@ def _raised_at(path: Path, error: BaseException) -> BaseException:
 
 
 def test_a_lost_cluster_is_told_from_a_failing_stage() -> None:
+    import grpc
     import ray
     import ray.exceptions as errors
 
@@ -81,6 +82,8 @@ def test_a_lost_cluster_is_told_from_a_failing_stage() -> None:
     inside_ray = Path(ray.__file__).parent / "util" / "client" / "dataclient.py"
     assert lost_cluster(errors.LocalRayletDiedError())
     assert lost_cluster(_raised_at(inside_ray, ConnectionError("Client is shutting down.")))
+    # Ray Client back on a new server, which knows none of the driver's objects.
+    assert lost_cluster(_raised_at(inside_ray, grpc.RpcError("NOT_FOUND")))
     try:  # the stage's own exception, raised while handling Ray's: still a lost cluster
         try:
             raise errors.LocalRayletDiedError()
@@ -91,6 +94,7 @@ def test_a_lost_cluster_is_told_from_a_failing_stage() -> None:
     # Not Ray's: a stage's failure, a connection error of the stage's own, a lost lock.
     assert not lost_cluster(ValueError("bad input"))
     assert not lost_cluster(_raised_at(Path(__file__), ConnectionResetError("peer reset")))
+    assert not lost_cluster(_raised_at(Path(grpc.__file__), grpc.RpcError("another service")))
     assert not lost_cluster(LockLost("lost the lock 'stage x of batch y'"))
 
 

@@ -19,21 +19,24 @@ def _exceptions(exc: BaseException) -> list[BaseException]:
     return chain
 
 
-def _raised_in(tb: TracebackType | None, package: Path) -> bool:
-    """Whether the innermost frame of `tb` is code of `package`."""
-    last = None
+def _through(tb: TracebackType | None, package: Path) -> bool:
+    """Whether `tb` passes through code of `package`."""
     while tb is not None:
-        last, tb = tb, tb.tb_next
-    return last is not None and Path(last.tb_frame.f_code.co_filename).is_relative_to(package)
+        if Path(tb.tb_frame.f_code.co_filename).is_relative_to(package):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def lost_cluster(exc: BaseException) -> bool:
     """Whether `exc` says this process lost its Ray cluster (not that a stage failed on Ray).
 
-    Ray's errors for a dead node, raylet or object owner, and a connection error raised by Ray
-    itself (Ray Client's broken channel, `ray.init` finding no cluster), anywhere in the chain.
-    A task's own exception (re-raised as itself by `compute.get`) is the stage's, never this.
+    Ray's errors for a dead node, raylet or object owner, anywhere in the chain; a connection
+    or gRPC error raised through Ray's own code (Ray Client's broken channel, or one that came
+    back to a new server that knows none of the driver's objects; `ray.init` finding no
+    cluster). A task's own exception (re-raised as itself by `compute.get`) is the stage's.
     """
+    import grpc
     import ray
     import ray.exceptions as errors
 
@@ -48,6 +51,7 @@ def lost_cluster(exc: BaseException) -> bool:
     for error in _exceptions(exc):
         if isinstance(error, lost):
             return True
-        if isinstance(error, ConnectionError) and _raised_in(error.__traceback__, package):
+        channel = isinstance(error, ConnectionError | grpc.RpcError)
+        if channel and _through(error.__traceback__, package):
             return True
     return False
