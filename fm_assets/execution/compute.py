@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from fm_assets.execution.heap import freeze_long_lived
 from fm_assets.execution.local_ray import connecting, running_local_ray, start_local_ray
+from fm_assets.execution.ray_loss import lost_cluster
 from fm_assets.execution.warm_pool import WarmPool, open_pool
 from fm_assets.execution.warm_up import warm_worker
 from fm_assets.settings import Settings
@@ -323,12 +324,14 @@ def run_tasks(
                     on_done(index, results[index])
             if ready:
                 tally.report()
-    except BaseException:
+    except BaseException as exc:
         # What is still queued would only write files nobody commits (best effort: a running
-        # call finishes, and `fm gc` sweeps what it wrote).
-        for ref in pending:
-            with contextlib.suppress(Exception):
-                ray.cancel(ref)
+        # call finishes, and `fm gc` sweeps what it wrote). Not on a lost cluster: nothing runs
+        # there any more, and each call would wait for the dead connection.
+        if not lost_cluster(exc):
+            for ref in pending:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref)
         raise
     return results
 

@@ -221,7 +221,14 @@ def _ensure_watchdog(settings: Settings) -> None:
         f"--address={state.address}",
         f"--idle-stop-s={settings.ray_idle_stop_s}",
     ]
-    env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
+    # The same platform code as this process's, wherever the command runs from.
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    env = {
+        **os.environ,
+        "PYTHONPATH": path,
+        "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),
+    }
     with (state_dir(settings.home) / "watchdog.log").open("ab") as log:
         watchdog = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True

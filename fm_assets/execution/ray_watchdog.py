@@ -130,7 +130,7 @@ def _ours(watch: _Watch) -> bool:
 
 
 def _stop(watch: _Watch, reason: str) -> None:
-    """Stop the head's process group; record why (when its home still exists)."""
+    """Stop the head's processes; record why (when its home still exists)."""
     print(f"{time.strftime('%H:%M:%S')} stopping the local Ray (pid {watch.pid}): {reason}")
     if watch.home.is_dir():
         with contextlib.suppress(OSError):
