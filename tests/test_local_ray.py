@@ -203,6 +203,7 @@ def test_a_head_whose_home_is_deleted_stops(tmp_path: Path) -> None:
         _wait_until("the head of a deleted FM_HOME stops", lambda: _session_gone(head.pid))
         _wait_until("its watchdog exits", lambda: _session_gone(head.watchdog_pid))  # type: ignore[arg-type]
         assert not home.exists()  # nothing recreated it
+        assert not local_ray.temp_dir(home).exists()  # nor left its sessions' logs behind
     finally:
         for pid in (head.watchdog_pid, head.pid):  # by their own pids, whatever happened
             local_ray.kill_group(pid, timeout=10)

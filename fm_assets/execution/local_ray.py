@@ -45,6 +45,12 @@ def state_dir(home: Path) -> Path:
     return home / "ray"
 
 
+def temp_dir(home: Path) -> Path:
+    """Where the head of FM_HOME `home` keeps its sessions (sockets, logs): short, for Ray's
+    socket paths, and its own, see `_launch`."""
+    return Path(f"/tmp/fm-ray-{hashlib.sha256(str(home).encode()).hexdigest()[:12]}")
+
+
 def head_state(home: Path) -> HeadState | None:
     """The head recorded for FM_HOME `home`, or None."""
     try:
@@ -179,7 +185,7 @@ def _launch(settings: Settings) -> None:
         "--disable-usage-stats",
         # Its own temp dir: `ray start` marks the cluster in its temp dir as the machine's current
         # one, which a plain `ray.init()` of any other program would then join.
-        f"--temp-dir=/tmp/fm-ray-{hashlib.sha256(str(settings.home).encode()).hexdigest()[:12]}",
+        f"--temp-dir={temp_dir(settings.home)}",
         # Local Ray runs workers at niceness 15, behind the driver; on a shared laptop that
         # costs the stages CPU for nothing.
         '--system-config={"worker_niceness": 0}',

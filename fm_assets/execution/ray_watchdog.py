@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from fm_assets.execution.local_ray import (
     launch_lock,
     process_alive,
     serves,
+    temp_dir,
 )
 
 # Ray's own drivers (the dashboard's) run in namespaces with this prefix.
@@ -175,6 +177,8 @@ def watch_head(watch: _Watch) -> str:
             return "the head exited"
         if not watch.home.is_dir():
             _stop(watch, f"its FM_HOME {watch.home} was deleted")
+            # Its sessions' logs and sockets too: no command of that home will read them.
+            shutil.rmtree(temp_dir(watch.home), ignore_errors=True)
             return "FM_HOME deleted"
         if _ours(watch):
             seen_state = True
