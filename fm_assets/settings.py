@@ -80,6 +80,16 @@ class Settings:
     # version pins is kept once superseded, and how old an unreferenced file must be to go.
     maintenance_retention_hours: float = 168.0
     maintenance_grace_hours: float = 24.0
+    # A local Ray head (no RAY_ADDRESS) stops itself after this long with no driver connected
+    # (execution/ray_watchdog.py); 0: it runs until `fm ray stop`.
+    ray_idle_stop_s: float = 900.0
+    # On a Ray cluster (RAY_ADDRESS), a stage cuts its input into slices of about this many
+    # bytes (a stage of k slices per CPU, k times smaller), however many CPUs the cluster has
+    # when it starts: nodes that join mid-stage find work (execution/compute.planning_cpus).
+    cluster_slice_bytes: int = 16 << 20
+    # A step whose driver lost its Ray cluster is retried by Dagster after this long (a
+    # KubeRay head pod is back within about a minute; defs/ray_loss.py).
+    ray_lost_retry_s: float = 30.0
 
     @property
     def dagster_home(self) -> Path:
@@ -142,6 +152,23 @@ def _check_formats(env: dict[str, str]) -> None:
             hours = -1.0
         if hours < 0:
             raise ValueError(f"{name} must be a number of hours (0 or more), got {value!r}")
+    for name, meaning in (
+        ("FM_RAY_IDLE_STOP_S", "the seconds a local Ray may stay idle before it stops (0: never)"),
+        ("FM_RAY_LOST_RETRY_S", "the seconds to wait before retrying a step that lost Ray"),
+    ):
+        value = env.get(name) or "0"
+        try:
+            valid = float(value) >= 0
+        except ValueError:
+            valid = False
+        if not valid:
+            raise ValueError(f"{name} must be {meaning}, got {value!r}")
+    slice_bytes = env.get("FM_SLICE_BYTES") or str(16 << 20)
+    if not slice_bytes.isdigit() or int(slice_bytes) < 1:
+        raise ValueError(
+            f"FM_SLICE_BYTES must be the bytes of input one task of a stage reads on a Ray "
+            f"cluster (a positive integer, default {16 << 20}), got {slice_bytes!r}"
+        )
     for name in ("FM_OBJECT_STORE", "FM_WAREHOUSE"):
         value = env.get(name) or ""
         if "://" in value and not value.startswith(("s3://", "file://")):
@@ -183,4 +210,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         warm_workers=env.get("FM_WARM_WORKERS") or "auto",
         maintenance_retention_hours=float(env.get("FM_MAINTENANCE_RETENTION_HOURS") or 168),
         maintenance_grace_hours=float(env.get("FM_MAINTENANCE_GRACE_HOURS") or 24),
+        ray_idle_stop_s=float(env.get("FM_RAY_IDLE_STOP_S") or "900"),
+        cluster_slice_bytes=int(env.get("FM_SLICE_BYTES") or str(16 << 20)),
+        ray_lost_retry_s=float(env.get("FM_RAY_LOST_RETRY_S") or "30"),
     )

@@ -27,6 +27,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Tests over the session's real servers run last, together: the servers (and the Ray cluster's
 # two raylets) start when the first of them needs one and stop when the session ends, so they
 # never run alongside the rest of the suite.
+# Longer than the whole suite runs (CI stops it at 45 min).
+SESSION_RAY_IDLE_STOP_S = 45 * 60
 SERVICE_FIXTURES = frozenset({"postgres", "s3_session", "ray_cluster_session", "production"})
 
 
@@ -57,7 +59,13 @@ def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from fm_assets.execution.local_ray import start_local_ray, stop_local_ray
 
     settings = load_settings(
-        {"FM_HOME": str(tmp_path_factory.mktemp("ray-home")), "FM_RAY_NUM_CPUS": "2"}
+        {
+            "FM_HOME": str(tmp_path_factory.mktemp("ray-home")),
+            "FM_RAY_NUM_CPUS": "2",
+            # Idle between the session's Ray tests is no reason to stop; a session killed
+            # before its teardown still leaves no head for good.
+            "FM_RAY_IDLE_STOP_S": str(SESSION_RAY_IDLE_STOP_S),
+        }
     )
     # Like a cluster's pods, the nodes get the (test) S3 credentials from their environment,
     # never through a job's runtime_env, which Ray writes to its logs.
@@ -120,11 +128,45 @@ def ray_workers_with(env: dict[str, str]) -> None:
         )
 
 
+def local_heads_under(root: Path) -> list[int]:
+    """Pids of local Ray heads (`ray start`, whose environment names its FM_HOME) and of their
+    watchdogs still running for an FM_HOME under `root`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"fm_assets.execution.ray_watchdog" in argv:
+                homes = [a.removeprefix(b"--home=") for a in argv if a.startswith(b"--home=")]
+            elif b"start" in argv and any(a.endswith(b"/ray") for a in argv[:2]):
+                variables = (entry / "environ").read_bytes().split(b"\0")
+                homes = [v.partition(b"=")[2] for v in variables if v.startswith(b"FM_RAY_HOME=")]
+            else:
+                continue
+        except OSError:
+            continue
+        if any(Path(home.decode()).is_relative_to(root) for home in homes):
+            found.append(int(entry.name))
+    return found
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_local_ray_left_running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """A test that ran a stage without the session's Ray started its FM_HOME's own: stop it."""
+    """A test that ran a stage without the session's Ray started its FM_HOME's own: stop it.
+    Then no head (or watchdog) of the session's FM_HOMEs may be left, recorded or not (a test
+    that deleted its home would have left one behind before heads watched their homes)."""
     yield
-    from fm_assets.execution.local_ray import stop_local_ray
+    from fm_assets.execution.local_ray import kill_group, stop_local_ray
 
-    for state in Path(tmp_path_factory.getbasetemp()).rglob("ray/head.json"):
+    root = Path(tmp_path_factory.getbasetemp())
+    for state in root.rglob("ray/head.json"):
         stop_local_ray(load_settings({"FM_HOME": str(state.parent.parent)}))
+    left = local_heads_under(root)
+    for pid in left:
+        kill_group(pid, timeout=10)
+    if left:
+        raise RuntimeError(
+            f"local Ray heads or watchdogs of this session's FM_HOMEs were left running (pids "
+            f"{left}; stopped now): a test must stop the head it started (`fm ray stop`)"
+        )

@@ -1,13 +1,15 @@
-"""One local Ray per FM_HOME: a command begins starting it, the next ones connect to it, and
-`fm ray stop` stops it by its own process group."""
+"""One local Ray per FM_HOME: a command begins starting it, the next ones connect to it,
+`fm ray stop` stops it by its own process group, and it stops itself once idle or homeless."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,116 @@ def test_two_commands_starting_at_once_start_one_head(tmp_path: Path) -> None:
         assert len(_heads_of(home)) == 1
     finally:
         local_ray.stop_local_ray(settings)
+
+
+# A driver of this FM_HOME's local Ray, as an `fm` command connects: it stays connected until
+# its stdin closes.
+DRIVER = """
+import sys
+from fm_assets.execution.compute import ensure_ray
+from fm_assets.settings import load_settings
+ensure_ray(load_settings())
+print("connected", flush=True)
+sys.stdin.read()
+"""
+
+
+def _wait_until(what: str, condition: object, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f} s: {what}")
+        time.sleep(0.5)
+
+
+def _watchdog_view(home: Path) -> dict[str, object]:
+    try:
+        return dict(json.loads((home / "ray" / "watchdog.json").read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def _session_gone(pid: int) -> bool:
+    return not local_ray.session_processes(pid)
+
+
+def test_an_idle_head_stops_itself_and_status_shows_what_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "fm"
+    idle_stop_s = 8
+    env = {
+        "FM_HOME": str(home),
+        "FM_RAY_NUM_CPUS": "1",
+        "FM_RAY_IDLE_STOP_S": str(idle_stop_s),
+        "RAY_AUTH_MODE": "disabled",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    settings = load_settings()
+    driver = None
+    try:
+        address = local_ray.start_local_ray(settings)
+        head = local_ray.head_state(home)
+        assert head is not None and head.watchdog_pid is not None
+        driver = subprocess.Popen(
+            [sys.executable, "-c", DRIVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **env},
+        )
+        assert driver.stdout is not None and driver.stdout.readline().strip() == "connected"
+        _wait_until(
+            "the watchdog sees the driver",
+            lambda: _watchdog_view(home).get("drivers") == [driver.pid],  # type: ignore[union-attr]
+        )
+        # Longer than the idle period: a connected driver keeps the head.
+        time.sleep(idle_stop_s + 4)
+        assert local_ray.running_local_ray(settings) == address
+
+        shown = CliRunner().invoke(main, ["ray", "status"])
+        assert shown.exit_code == 0, shown.output
+        assert f"local Ray of FM_HOME {home}: running" in shown.output
+        assert f"address   {address}" in shown.output
+        assert f"head pid  {head.pid} (ray start --head), up " in shown.output
+        assert f"drivers   1 connected (pid {driver.pid})" in shown.output
+        assert f"watchdog pid {head.watchdog_pid}" in shown.output
+        memory = next(line for line in shown.output.splitlines() if "memory" in line)
+        gigabytes = float(memory.split()[1])
+        assert 0.05 < gigabytes < 4, memory  # a head, its daemons and a worker: not nothing
+
+        driver.stdin.close()  # type: ignore[union-attr]  # the driver disconnects and exits
+        assert driver.wait(timeout=60) == 0
+        _wait_until("the idle head stops itself", lambda: _session_gone(head.pid))
+        _wait_until("its watchdog exits", lambda: _session_gone(head.watchdog_pid))  # type: ignore[arg-type]
+        assert local_ray.running_local_ray(settings) is None
+        after = CliRunner().invoke(main, ["ray", "status"])
+        assert f"no local Ray runs for FM_HOME {home}" in after.output
+        assert f"(pid {head.pid}) stopped itself" in after.output
+        assert "no driver connected for" in after.output
+    finally:
+        if driver is not None and driver.poll() is None:
+            driver.kill()
+        local_ray.stop_local_ray(settings)
+
+
+def test_a_head_whose_home_is_deleted_stops(tmp_path: Path) -> None:
+    home = tmp_path / "fm"
+    # Never idle: only the deleted home can stop it.
+    settings = load_settings(
+        {"FM_HOME": str(home), "FM_RAY_NUM_CPUS": "1", "FM_RAY_IDLE_STOP_S": "0"}
+    )
+    local_ray.start_local_ray(settings)
+    head = local_ray.head_state(home)
+    assert head is not None and head.watchdog_pid is not None
+    try:
+        shutil.rmtree(home)
+        _wait_until("the head of a deleted FM_HOME stops", lambda: _session_gone(head.pid))
+        _wait_until("its watchdog exits", lambda: _session_gone(head.watchdog_pid))  # type: ignore[arg-type]
+        assert not home.exists()  # nothing recreated it
+        assert not local_ray.temp_dir(home).exists()  # nor left its sessions' logs behind
+    finally:
+        for pid in (head.watchdog_pid, head.pid):  # by their own pids, whatever happened
+            local_ray.kill_group(pid, timeout=10)

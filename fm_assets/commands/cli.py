@@ -332,6 +332,14 @@ def ray_stop() -> None:
     _echo("stopped this FM_HOME's local Ray" if stopped else "no local Ray runs for this FM_HOME")
 
 
+@ray_group.command("status")
+def ray_status() -> None:
+    """What this FM_HOME's local Ray runs: address, pid, uptime, memory, drivers, idle time."""
+    from fm_assets.execution.ray_status import render_ray_status
+
+    click.echo(render_ray_status(load_settings()))
+
+
 @main.command()
 @click.argument("doc_id")
 def explain(doc_id: str) -> None:

@@ -14,6 +14,7 @@ from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.landing import LANDING_BATCH
 from fm_assets.defs.partitions import add_partition_keys, landing_batches, quality_classifiers
 from fm_assets.defs.progress import progress_logger
+from fm_assets.defs.ray_loss import retried_when_ray_is_lost
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.execution.pipeline import StageEntry
 from fm_assets.execution.pipelines import PIPELINES
@@ -35,6 +36,7 @@ def build_stage_asset(entry: StageEntry, upstream: dg.AssetKey, first: bool) -> 
         kinds={"ray", "iceberg"},
         description=entry.description,
     )
+    @retried_when_ray_is_lost
     def _stage_asset(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
         settings = fm.settings()
         batch_id = context.partition_key

@@ -3,17 +3,20 @@ use and kept alive), and running tasks with a bounded number in flight."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from fm_assets.execution.heap import freeze_long_lived
-from fm_assets.execution.local_ray import running_local_ray, start_local_ray
+from fm_assets.execution.local_ray import connecting, running_local_ray, start_local_ray
+from fm_assets.execution.ray_loss import lost_cluster
 from fm_assets.execution.warm_pool import WarmPool, open_pool
 from fm_assets.execution.warm_up import warm_worker
 from fm_assets.settings import Settings
@@ -37,6 +40,7 @@ class ProgressLine(str):
 MAX_ROWS_PER_CHUNK = 2_000
 CHUNKS_PER_CPU = 6
 TASKS_IN_FLIGHT_PER_CPU = 2  # backpressure: enough to keep every CPU busy, no more
+LIMIT_REFRESH_S = 2.0  # how often a running stage looks again at how many CPUs the cluster has
 TASK_RETRIES = 2  # a task whose worker died runs again, twice
 LIBRARY_THREADS_PER_WORKER = 2  # a native library's thread pool in each worker (see below)
 
@@ -52,6 +56,21 @@ class _Connection:
 
 
 _connection = _Connection()
+# Checks `run_tasks` makes between results while a `guarded` block runs (a stage's locks).
+_guards: contextvars.ContextVar[tuple[Callable[[], None], ...]] = contextvars.ContextVar(
+    "fm_guards", default=()
+)
+
+
+@contextlib.contextmanager
+def guarded(check: Callable[[], None]) -> Iterator[None]:
+    """While the block runs, `run_tasks` calls `check` between results, at least every second:
+    it raises to stop the work (a stage whose lock was lost must not go on)."""
+    token = _guards.set((*_guards.get(), check))
+    try:
+        yield
+    finally:
+        _guards.reset(token)
 
 
 def worker_environment(settings: Settings) -> dict[str, str]:
@@ -94,21 +113,34 @@ def ensure_ray(settings: Settings, progress: Progress = lambda message: None) ->
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     worker_env = worker_environment(settings)
     what = "connected to the Ray cluster at RAY_ADDRESS"
-    if not settings.ray_address:
-        running = running_local_ray(settings)
-        what = "connected to this FM_HOME's local Ray" if running else "started a local Ray"
-    address = settings.ray_address or start_local_ray(settings)
-    ray.init(
-        address=address,
-        runtime_env={"env_vars": worker_env},
-        logging_level=logging.WARNING,
-        log_to_driver=False,
-    )
+    with contextlib.ExitStack() as held:
+        if not settings.ray_address:
+            # Its watchdog never stops a local head while a command connects to it.
+            held.enter_context(connecting(settings.home))
+            running = running_local_ray(settings)
+            what = "connected to this FM_HOME's local Ray" if running else "started a local Ray"
+        address = settings.ray_address or start_local_ray(settings)
+        ray.init(
+            address=address,
+            runtime_env={"env_vars": worker_env},
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+        )
     _connection.worker_env = worker_env
     _connection.warm_workers = _warm_workers(settings)
     _connection.pool = None
     freeze_long_lived("ray")  # Ray's modules and its connection stay for the process's life
     progress(f"Ray: {what} ({address}) in {time.monotonic() - started:.1f}s")
+
+
+def disconnect() -> None:
+    """Drop this process's connection to Ray (one that lost its cluster), so that the next
+    `ensure_ray` connects afresh: to the cluster at RAY_ADDRESS once it is back."""
+    import ray
+
+    with contextlib.suppress(Exception):  # a connection to a dead cluster may fail to close
+        ray.shutdown()
+    _connection.worker_env, _connection.warm_workers, _connection.pool = {}, 0, None
 
 
 def _warm_workers(settings: Settings) -> int:
@@ -158,6 +190,7 @@ def remote(
 
 
 def ray_cpus() -> int:
+    """The CPUs of the Ray this process is connected to, now."""
     import ray
 
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -170,8 +203,27 @@ def ray_gpus() -> int:
     return int(ray.cluster_resources().get("GPU", 0))
 
 
+def plan_width(total_bytes: int, cpus: int, slice_bytes: int | None) -> int:
+    """The CPUs a stage plans its slices for (`planning.slice_count` cuts a multiple of it):
+    `cpus`, or, on a cluster (`slice_bytes` given), as many as its data fills at `slice_bytes`
+    a slice if that is more. A cluster may grow while the stage runs: planned from the CPUs
+    present at its start, a small cluster's stage would leave the nodes that join nothing."""
+    if slice_bytes is None:
+        return cpus
+    return max(cpus, -(-total_bytes // max(1, slice_bytes)))
+
+
+def planning_cpus(settings: Settings, total_bytes: int) -> int:
+    """`plan_width` for a stage reading `total_bytes`: on this FM_HOME's local Ray its CPUs (no
+    node joins it; its slices stay a multiple of them), on a cluster (RAY_ADDRESS) from the
+    data's size at FM_SLICE_BYTES a slice."""
+    slice_bytes = settings.cluster_slice_bytes if settings.ray_address else None
+    return plan_width(total_bytes, ray_cpus(), slice_bytes)
+
+
 def _in_flight_limit() -> int:
-    """Calls in flight at once: one per warm worker, else two tasks per CPU.
+    """Calls in flight at once: one per warm worker, else two tasks per CPU (of the cluster as
+    it is now: `run_tasks` asks again while it runs).
 
     A warm worker runs the calls sent to it in order, so a second call queued behind a long
     one waits there while another worker may sit idle at the end of the stage; one call each,
@@ -196,6 +248,53 @@ def get(ref: Any) -> Any:
         raise
 
 
+@dataclass
+class _Tally:
+    """A `run_tasks` call's progress: tasks done, records and bytes read, reported every 2 s."""
+
+    count: int
+    label: str
+    progress: Progress
+    started: float = field(default_factory=time.monotonic)
+    finished: int = 0
+    records: int = 0
+    read: int = 0
+    last_report: float = 0.0
+
+    def add(self, result: Any) -> None:
+        self.finished += 1
+        self.records += int(getattr(result, "records_in", 0))
+        self.read += int(getattr(result, "bytes_in", 0))
+
+    def report(self) -> None:
+        now = time.monotonic()
+        if now - self.last_report < 2.0 and self.finished < self.count:
+            return
+        self.last_report = now
+        elapsed = now - self.started
+        eta = elapsed / self.finished * (self.count - self.finished)
+        volume = (
+            f"{self.records:,} records, {self.read / 1e6:.1f} MB read, "
+            if self.read or self.records
+            else ""
+        )
+        figures = {
+            "tasks_done": self.finished,
+            "tasks": self.count,
+            "records_read": self.records,
+            "bytes_read": self.read,
+            "elapsed_s": round(elapsed, 1),
+            "eta_s": round(eta, 1),
+        }
+        self.progress(
+            ProgressLine(
+                f"{self.label}: {self.finished}/{self.count} done, {volume}{elapsed:.0f}s "
+                f"elapsed, ETA {eta:.0f}s",
+                figures,
+            )
+        )
+
+
 def run_tasks(
     submit: Callable[[int], Any],
     count: int,
@@ -211,51 +310,48 @@ def run_tasks(
     `on_done(i, result)` sees each result as it arrives. Holding back submissions is the
     backpressure: Ray never holds more pending inputs and outputs than the cluster can use, and
     each task reads and writes its own objects, so object-store traffic in flight is bounded
-    too. Progress (at most every 2 s) counts tasks, and the records and bytes read by results
-    that carry `records_in` and `bytes_in` (a slice's outcome), with an ETA.
+    too. Without `max_in_flight` the bound follows the cluster's CPUs as they are now, so nodes
+    that join while the tasks run get some. Progress (at most every 2 s) counts tasks, and the
+    records and bytes read by results that carry `records_in` and `bytes_in` (a slice's
+    outcome), with an ETA. The `guarded` checks run between results; when one raises (or a
+    task does), what is still queued is cancelled.
     """
     import ray
 
     limit = max_in_flight or _in_flight_limit()
+    limit_at = time.monotonic()
     results: list[Any] = [None] * count
     pending: dict[Any, int] = {}
-    submitted = finished = records = read = 0
-    started = time.monotonic()
-    last_report = 0.0
-    while finished < count:
-        while submitted < count and len(pending) < limit:
-            pending[submit(submitted)] = submitted
-            submitted += 1
-        ready, _ = ray.wait(list(pending), num_returns=1)
-        for ref in ready:
-            index = pending.pop(ref)
-            results[index] = get(ref)
-            finished += 1
-            records += int(getattr(results[index], "records_in", 0))
-            read += int(getattr(results[index], "bytes_in", 0))
-            if on_done is not None:
-                on_done(index, results[index])
-        now = time.monotonic()
-        if now - last_report >= 2.0 or finished == count:
-            last_report = now
-            elapsed = now - started
-            eta = elapsed / finished * (count - finished)
-            volume = f"{records:,} records, {read / 1e6:.1f} MB read, " if read or records else ""
-            figures = {
-                "tasks_done": finished,
-                "tasks": count,
-                "records_read": records,
-                "bytes_read": read,
-                "elapsed_s": round(elapsed, 1),
-                "eta_s": round(eta, 1),
-            }
-            progress(
-                ProgressLine(
-                    f"{label}: {finished}/{count} done, {volume}{elapsed:.0f}s elapsed, "
-                    f"ETA {eta:.0f}s",
-                    figures,
-                )
-            )
+    submitted = 0
+    tally = _Tally(count, label, progress)
+    try:
+        while tally.finished < count:
+            for check in _guards.get():
+                check()
+            if max_in_flight is None and time.monotonic() - limit_at >= LIMIT_REFRESH_S:
+                limit, limit_at = _in_flight_limit(), time.monotonic()
+            while submitted < count and len(pending) < limit:
+                pending[submit(submitted)] = submitted
+                submitted += 1
+            # Not forever: the guards and the in-flight limit are looked at every second.
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            for ref in ready:
+                index = pending.pop(ref)
+                results[index] = get(ref)
+                tally.add(results[index])
+                if on_done is not None:
+                    on_done(index, results[index])
+            if ready:
+                tally.report()
+    except BaseException as exc:
+        # What is still queued would only write files nobody commits (best effort: a running
+        # call finishes, and `fm gc` sweeps what it wrote). Not on a lost cluster: nothing runs
+        # there any more, and each call would wait for the dead connection.
+        if not lost_cluster(exc):
+            for ref in pending:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref)
+        raise
     return results
 
 

@@ -24,19 +24,19 @@ from typing import Any
 from pyiceberg.expressions import AlwaysFalse, BooleanExpression
 from pyiceberg.manifest import DataFile
 
-from fm_assets.execution.compute import Progress, ensure_ray, ray_cpus, ray_gpus, remote, run_tasks
-from fm_assets.execution.exact_dedup import run_raw
-from fm_assets.execution.image_dedup import run_image_dedup
-from fm_assets.execution.near_dedup import run_near_dedup
+from fm_assets.execution.compute import (
+    Progress,
+    ensure_ray,
+    guarded,
+)
 from fm_assets.execution.pipelines import pipeline_for
-from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, process_files
-from fm_assets.execution.table_ranges import range_slices
+from fm_assets.execution.slice_tasks import Outputs, SliceOutcome
+from fm_assets.execution.stage_work import execute_stage
 from fm_assets.registries.classifiers import NoDefaultClassifier
 from fm_assets.settings import Settings
 from fm_assets.stages.base import Stage
 from fm_assets.stages.image_text.dedup import ImageDedupStage
 from fm_assets.stages.image_text.raw import RawPairsStage
-from fm_assets.stages.image_text.score import ScoreStage
 from fm_assets.stages.neardup import NearDupStage
 from fm_assets.stages.raw import RawStage
 from fm_assets.storage import catalog
@@ -54,7 +54,7 @@ from fm_assets.storage.landing import (
     published_log,
     read_manifest,
 )
-from fm_assets.storage.locks import exclusive, index_lock, stage_lock
+from fm_assets.storage.locks import HeldLock, check_all, exclusive, index_lock, stage_lock
 from fm_assets.storage.maintenance.history import readable_snapshot
 from fm_assets.storage.objectstore import open_object_store
 
@@ -78,6 +78,7 @@ class StageRunReport:
     quarantine_rules: dict[str, int] = field(default_factory=dict)
     slices: int = 0  # Ray tasks the input was cut into
     bytes_in: int = 0  # input bytes read (landed files, or the upstream data files)
+    nodes: int = 0  # Ray nodes the slices ran on
 
 
 def _digest(*parts: str) -> str:
@@ -169,23 +170,31 @@ def run_stage(
     """Run `stage_name` for `batch_id` unless its content key is already committed.
 
     One run at a time per stage and batch, whoever started it (two `fm run`, the sensor, a
-    backfill): a second waits, then finds the stage up to date. The lock dies with its holder.
+    backfill): a second waits, then finds the stage up to date. The lock dies with its holder;
+    a run that loses it (a dropped Postgres connection) fails with `LockLost` between two Ray
+    results or before its commits, instead of going on unlocked.
     """
-    with contextlib.ExitStack() as locks:
-        locks.enter_context(exclusive(settings, stage_lock(stage_name, batch_id), progress))
-        if stage_name in NAMESPACE_WIDE:
-            # Dedup reads every other batch's index rows, then commits its own: one run at a
-            # time per data namespace (each has its own index), or two batches holding the
-            # same document would both keep it. (Dagster's `neardup` pool says the same for its
-            # runs; this holds for every caller, and lets near dedup compact its index.)
-            namespace = catalog.batch_namespace(settings, batch_id)
-            what = NAMESPACE_WIDE[stage_name]
-            locks.enter_context(exclusive(settings, index_lock(what, namespace), progress))
-        return _run_stage(settings, stage_name, batch_id, run_id, progress)
+    names = [stage_lock(stage_name, batch_id)]
+    if stage_name in NAMESPACE_WIDE:
+        # Dedup reads every other batch's index rows, then commits its own: one run at a time
+        # per data namespace (each has its own index), or two batches holding the same
+        # document would both keep it. (Dagster's `neardup` pool says the same for its runs;
+        # this holds for every caller, and lets near dedup compact its index.)
+        namespace = catalog.batch_namespace(settings, batch_id)
+        names.append(index_lock(NAMESPACE_WIDE[stage_name], namespace))
+    with contextlib.ExitStack() as stack:
+        locks = [stack.enter_context(exclusive(settings, name, progress)) for name in names]
+        stack.enter_context(guarded(lambda: check_all(locks)))
+        return _run_stage(settings, stage_name, batch_id, run_id, progress, locks)
 
 
 def _run_stage(
-    settings: Settings, stage_name: str, batch_id: str, run_id: str | None, progress: Progress
+    settings: Settings,
+    stage_name: str,
+    batch_id: str,
+    run_id: str | None,
+    progress: Progress,
+    locks: list[HeldLock],
 ) -> StageRunReport:
     started = time.monotonic()
     plan = _plan(settings, stage_name, batch_id)
@@ -222,7 +231,15 @@ def _run_stage(
         quarantine=table_handle(settings, "quarantine", namespace),
         side={name: table_handle(settings, name, namespace) for name in stage.side_tables},
     )
-    outcomes, extra_files = _execute(settings, plan, outputs, progress)
+    outcomes, extra_files = execute_stage(
+        settings,
+        plan.stage,
+        plan.manifest,
+        plan.upstream,
+        plan.input_snapshot_id,
+        outputs,
+        progress,
+    )
     kept = sum(o.kept for o in outcomes)
     bad = sum(o.quarantined for o in outcomes)
     records_in = sum(o.records_in for o in outcomes)
@@ -231,12 +248,14 @@ def _run_stage(
             f"stage {stage_name} read {records_in} records of {batch_id}, but {plan.upstream} "
             f"kept {plan.upstream_kept}; the input changed under the run: rerun it"
         )
+    check_all(locks, now=True)  # the commits below are the run's: only if still its own
     if plan.upstream is None:
         _pin_manifest(settings, batch_id)
     snapshot_id = _commit(settings, plan, outputs, outcomes, extra_files, run_id)
     rules = Counter[str]()
     for outcome in outcomes:
         rules.update(outcome.rules)
+    check_all(locks, now=True)  # the stage-run row says "done": never from an unlocked run
     record_stage_run(
         settings,
         {
@@ -264,6 +283,7 @@ def _run_stage(
         quarantine_rules=dict(sorted(rules.items())),
         slices=len(outcomes),
         bytes_in=sum(o.bytes_in for o in outcomes),
+        nodes=len({o.node for o in outcomes if o.node}),
     )
     progress(f"{stage_name}: {kept} kept, {bad} quarantined in {report.seconds:.2f}s")
     return report
@@ -274,45 +294,6 @@ def _pin_manifest(settings: Settings, batch_id: str) -> None:
     uri, sha, size = manifest_checksum(open_object_store(settings), batch_id)
     if not file_checksums(settings, [uri]):
         record_file_checksums(settings, {uri: (sha, size)})
-
-
-def _execute(
-    settings: Settings, plan: _Plan, outputs: Outputs, progress: Progress
-) -> tuple[list[SliceOutcome], dict[str, list[DataFile]]]:
-    """Run the stage's Ray work; return each slice's outcome and files of extra tables."""
-
-    cpus = ray_cpus()
-    stage, batch_id, namespace = plan.stage, plan.manifest.batch_id, plan.manifest.namespace
-    if isinstance(stage, RawStage):
-        index = table_handle(settings, "document_index", namespace)
-        run = run_raw(settings, stage, plan.manifest, outputs, index, cpus, progress)
-        return run.slices, {"document_index": run.index_files}
-    if plan.upstream is None:
-        raise RuntimeError(f"stage {stage.name} has no upstream table and is not the raw stage")
-    files = plan_files(
-        settings,
-        plan.upstream,
-        catalog.where_equal("batch_id", batch_id),
-        plan.input_snapshot_id,
-        namespace,
-    )
-    source = table_handle(settings, plan.upstream, namespace)
-    if isinstance(stage, NearDupStage):
-        return run_near_dedup(settings, stage, source, files, outputs, cpus, progress)
-    if isinstance(stage, ImageDedupStage):
-        return run_image_dedup(settings, stage, source, files, outputs, cpus, progress)
-    slices = range_slices(files, cpus, stage.slices_per_cpu)
-    progress(f"{stage.name}: {len(files)} input files of {batch_id} in {len(slices)} slices")
-    # A stage running models takes a GPU per task where the cluster has GPUs.
-    gpus = 1 if isinstance(stage, ScoreStage) and stage.uses_models and ray_gpus() else 0
-    process = remote(process_files, num_gpus=gpus)
-    outcomes = run_tasks(
-        lambda i: process.remote(stage, source, slices[i], outputs, i),
-        len(slices),
-        progress=progress,
-        label=stage.name,
-    )
-    return outcomes, {}
 
 
 def _commit(

@@ -39,6 +39,16 @@ class SliceOutcome:
     quarantined: int
     rules: dict[str, int]
     bytes_in: int
+    node: str = ""  # the Ray node that ran the slice ("" outside Ray)
+
+
+def _current_node() -> str:
+    import ray
+
+    try:
+        return str(ray.get_runtime_context().get_node_id() or "")
+    except Exception:  # not in a Ray worker (a test calling a slice task directly)
+        return ""
 
 
 def write_result(
@@ -65,6 +75,7 @@ def write_result(
         quarantined=result.quarantined.num_rows,
         rules=dict(rules),
         bytes_in=bytes_in,
+        node=_current_node(),
     )
 
 

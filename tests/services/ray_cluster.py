@@ -91,28 +91,78 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=5)
 
 
-def _wait_for_nodes(address: str, env: Mapping[str, str], nodes: int, log: Path) -> None:
-    """Wait until `nodes` raylets are alive, asking from a separate driver process (this one
-    may hold a local Ray of its own)."""
-    probe = (
-        "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR', "
-        "log_to_driver=False); print(sum(n['Alive'] for n in ray.nodes()))"
+_PROBE = (
+    "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR', "
+    "log_to_driver=False); print(sum(n['Alive'] for n in ray.nodes()))"
+)
+
+
+def _alive_nodes(address: str, env: Mapping[str, str]) -> tuple[int | None, str]:
+    """How many raylets of the cluster are alive (None: no answer), and what the probe said;
+    asked from a separate driver process (this one may hold a local Ray of its own)."""
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE, address],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=STARTUP_TIMEOUT_S,
     )
+    said = (result.stdout + result.stderr).strip()
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines or not lines[-1].isdigit():
+        return None, said
+    return int(lines[-1]), said
+
+
+def _wait_for_nodes(address: str, env: Mapping[str, str], nodes: int, log: Path) -> None:
+    """Wait until `nodes` raylets are alive."""
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     last = ""
     while time.monotonic() < deadline:
-        result = subprocess.run(
-            [sys.executable, "-c", probe, address],
-            env={**os.environ, **env},
-            capture_output=True,
-            text=True,
-            timeout=STARTUP_TIMEOUT_S,
-        )
-        last = (result.stdout + result.stderr).strip()
-        if result.returncode == 0 and result.stdout.strip().splitlines()[-1] == str(nodes):
+        alive, last = _alive_nodes(address, env)
+        if alive == nodes:
             return
         time.sleep(2)
     raise TimeoutError(f"the Ray cluster at {address} did not show {nodes} nodes: {last}\n{log}")
+
+
+@contextlib.contextmanager
+def joined_node(
+    cluster: RayCluster, *, cpus: int = 1, env: Mapping[str, str] | None = None
+) -> Iterator[int]:
+    """One more worker node joining `cluster` (`ray start --address`, as a pod the autoscaler
+    adds): yields its `ray start` pid once the cluster shows it; stopped by that pid after."""
+    before, said = _alive_nodes(cluster.address, cluster.env)
+    if before is None:
+        raise RuntimeError(f"the Ray cluster at {cluster.address} does not answer: {said}")
+    node_env = {
+        **os.environ,
+        **(env or {}),
+        **cluster.env,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        # Stopping it must not wait out Ray's 30 s drain for Serve replicas (there are none).
+        "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+    }
+    command = [
+        _ray_binary(),
+        "start",
+        f"--address={cluster.address}",
+        f"--num-cpus={cpus}",
+        "--block",
+        "--disable-usage-stats",
+        "--node-ip-address=127.0.0.1",
+        *_node_ports(),
+    ]
+    log = cluster.temp_dir / "ray-start-joined.log"
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            command, env=node_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        _wait_for_nodes(cluster.address, cluster.env, before + 1, log)
+        yield process.pid
+    finally:
+        _stop(process)
 
 
 @contextlib.contextmanager
@@ -188,4 +238,81 @@ def ray_cluster(
     finally:
         for process in reversed(processes):
             _stop(process)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@dataclass
+class RestartableHead:
+    """A one-node cluster whose head can crash and come back at the same addresses, as a KubeRay
+    head pod restarted behind its service: `kill()` SIGKILLs every process of the node, `start()`
+    starts a fresh head on the same GCS and Ray Client ports."""
+
+    gcs_port: int
+    client_port: int
+    cpus: int
+    temp_dir: Path
+    env: dict[str, str] = field(repr=False)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.gcs_port}"
+
+    @property
+    def client_address(self) -> str:
+        return f"ray://127.0.0.1:{self.client_port}"
+
+    def start(self) -> None:
+        command = [
+            _ray_binary(),
+            "start",
+            "--head",
+            "--block",
+            f"--port={self.gcs_port}",
+            f"--ray-client-server-port={self.client_port}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            "--node-ip-address=127.0.0.1",
+            f"--temp-dir={self.temp_dir}",
+            f"--num-cpus={self.cpus}",
+            *_node_ports(),
+        ]
+        log = self.temp_dir / "ray-start.log"
+        with log.open("ab") as out:
+            self.process = subprocess.Popen(
+                command, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        _wait_for_nodes(self.address, {"RAY_AUTH_MODE": "disabled"}, 1, log)
+
+    def kill(self) -> None:
+        """Every process of the node dies at once (a crashed pod): none cleans up after itself."""
+        from fm_assets.execution.local_ray import session_processes
+
+        if self.process is None:
+            return
+        for pid in session_processes(self.process.pid):  # workers have process groups of their own
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.process.wait(timeout=STOP_TIMEOUT_S)
+        self.process = None
+
+
+@contextlib.contextmanager
+def restartable_head(cpus: int = 2) -> Iterator[RestartableHead]:
+    """A started `RestartableHead` (no auth: the subject is losing the cluster); stopped after."""
+    temp_dir = Path(tempfile.mkdtemp(prefix="fm-ray-"))
+    gcs, client = _free_ports(2)
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+    }
+    head = RestartableHead(gcs, client, cpus, temp_dir, env)
+    try:
+        head.start()
+        yield head
+    finally:
+        if head.process is not None:
+            _stop(head.process)
         shutil.rmtree(temp_dir, ignore_errors=True)
