@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from fm_assets.commands import operations
-from fm_assets.execution import pipeline
+from fm_assets.execution.pipelines import PIPELINES
 from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import load_settings
 from tests.paths import NEOX_TOKENIZER, REPO, WARC_DIR
@@ -111,7 +111,7 @@ def test_ui_serves_the_graph_and_its_sensor_processes_a_batch(dagster_ui: tuple[
             time.sleep(2)
     assert set(nodes) == {
         "landing_batch",
-        *pipeline.STAGE_NAMES,
+        *(name for modality in PIPELINES.values() for name in modality.names),
         "dataset_version",
         "shard_set",
         "shard_set_cache",
@@ -121,14 +121,15 @@ def test_ui_serves_the_graph_and_its_sensor_processes_a_batch(dagster_ui: tuple[
         "contamination_scan",
         "revocation",
     }
-    upstream = "landing_batch"
-    for stage in pipeline.STAGE_NAMES:
-        node = nodes[stage]
-        assert [k["path"][0] for k in node["dependencyKeys"]] == [upstream]
-        assert node["isPartitioned"]
-        checks = {c["name"]: c["blocking"] for c in node["assetChecksOrError"]["checks"]}
-        assert checks["records_accounted_for"] and checks["document_expectations"]
-        upstream = stage
+    for modality in PIPELINES.values():  # each modality's stages chain from the landing batch
+        upstream = "landing_batch"
+        for stage in modality.names:
+            node = nodes[stage]
+            assert [k["path"][0] for k in node["dependencyKeys"]] == [upstream]
+            assert node["isPartitioned"]
+            checks = {c["name"]: c["blocking"] for c in node["assetChecksOrError"]["checks"]}
+            assert checks["records_accounted_for"] and checks["document_expectations"]
+            upstream = stage
     assert nodes["shard_set"]["isPartitioned"]
 
     deadline = time.monotonic() + 420
