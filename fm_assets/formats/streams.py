@@ -201,7 +201,8 @@ class ContentStream:
 
     def read_limited(self, limit: int) -> bytes | None:
         """Read everything left, or return None as soon as it exceeds `limit` bytes."""
-        # BytesIO hands its buffer to getvalue() without a copy: peak memory stays ~1x the data.
+        # BytesIO hands its buffer to getvalue() without a copy: peak memory is one copy of
+        # the data.
         collected = io.BytesIO()
         while chunk := self._buffer.read(min(_INFLATE_CHUNK, limit + 1 - collected.tell())):
             collected.write(chunk)

@@ -53,7 +53,7 @@ def _gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while we allocate millions of small acyclic objects.
 
     Each generation-0 collection rescans the young objects, and the full collections it triggers
-    rescan all of them: with GC on, packing 1M documents took ~4x longer here.
+    rescan all of them: with GC on, packing 1M documents took several times longer.
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -138,7 +138,7 @@ def pack_documents(
         counts = np.fromiter((n for _, n in docs), dtype=np.int64, count=len(docs))
         _validate(doc_ids, counts)
         # Ties between equal-length pieces break by doc_id, so visit documents in id order.
-        # (Python's sort on str keys is ~4x faster here than numpy's argsort on an object array.)
+        # (Python's sort on str keys beats numpy's argsort on an object array.)
         by_id = np.fromiter(
             sorted(range(len(doc_ids)), key=doc_ids.__getitem__), dtype=np.int64, count=len(docs)
         )

@@ -53,9 +53,9 @@ class TokenizeStage(Stage):
     name: ClassVar[str] = "tokenized_documents"
     version: ClassVar[str] = "1"
     # One slice per CPU: the light stage before this one writes about a file per CPU, and more
-    # slices would cut those files, each slice reading its whole file to keep its stretch (3x
-    # the reading at 4 per CPU). An uneven end costs little: a worker that finishes first
-    # leaves its core to the others' tokenizer threads.
+    # slices would cut those files, each slice reading its whole file to keep its stretch (more
+    # slices per CPU multiply the bytes read). An uneven end costs little: a worker that
+    # finishes first leaves its core to the others' tokenizer threads.
     slices_per_cpu: ClassVar[int] = 1
     output_schema: ClassVar[pa.Schema] = schemas.TOKENIZED_DOCUMENTS
 

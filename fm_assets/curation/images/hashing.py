@@ -1,8 +1,9 @@
 """Image fingerprints: the exact hash of decoded pixels and the perceptual hash (pHash).
 
 The exact hash is xxh3-128 of the pixels with their size and mode: a dedup key, not a security
-one (128 bits: a chance collision is out of reach at any corpus size), and 30x faster than
-sha256 over a megapixel image's 3 MB, which made it a tenth of the decode stage's time.
+one (128 bits: a chance collision is out of reach at any corpus size), and far cheaper than
+sha256 over a megapixel image's 3 MB, which had been a tenth of the decode stage's time
+(`bench/results/image_decode.md` shows each part's share).
 
 `phash` is the DCT hash of imagehash (8x8 low frequencies of the DCT of a 32x32 LANCZOS-reduced
 grayscale image, each bit "above the median"), computed the same way so its bits equal

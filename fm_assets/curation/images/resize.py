@@ -11,8 +11,8 @@ from PIL import Image
 
 RESIZE_FORMATS: Final = {"jpeg": "JPEG", "webp": "WEBP", "png": "PNG"}
 # "area" averages each output pixel's source pixels (Pillow's BOX filter), what img2dataset and
-# OpenCV's INTER_AREA downscale with: 3.5x cheaper than LANCZOS on a 2 MP photo (8.8 vs 30.5
-# ms measured here) and without its ringing; "lanczos" keeps more fine detail.
+# OpenCV's INTER_AREA downscale with: cheaper than LANCZOS, whose kernel spans three times the
+# pixels, and without its ringing; "lanczos" keeps more fine detail.
 RESAMPLING: Final = {
     "area": Image.Resampling.BOX,
     "bicubic": Image.Resampling.BICUBIC,
@@ -64,8 +64,8 @@ def resize_and_encode(image: Image.Image, policy: ResizePolicy) -> tuple[bytes, 
         filter_ = RESAMPLING[policy.resample]
         # For "area", reduce() first by the whole factor (it averages k x k blocks: itself an
         # area filter), then BOX the rest: the same as one BOX at whole factors, within ~2
-        # levels on average at fractional ones, and 3-4x cheaper on a 1-4 MP photo (measured
-        # here). The other filters resample in one step: a two-step LANCZOS is not LANCZOS.
+        # levels on average at fractional ones, and a fraction of one BOX's cost (its cost
+        # shows in `bench/results/image_decode.md`). The other filters resample in one step.
         gap = 1.0 if filter_ is Image.Resampling.BOX else None
         image = image.resize(size, filter_, reducing_gap=gap)
     out = io.BytesIO()

@@ -123,8 +123,8 @@ def signatures(shingles: Sequence[U64], config: MinHashConfig) -> U32:
     starts = np.concatenate(([0], np.cumsum([p.size for p in parts])))
     mins = np.full((config.num_perm, rows.size), 0xFFFFFFFF, dtype=np.uint32)
     scratch = np.empty(min(_MINHASH_BLOCK, values.size), dtype=np.uint32)
-    # One permutation at a time over a cache-sized block of contiguous values: 3-8× faster
-    # in numpy than broadcasting a (block × num_perm) matrix.
+    # One permutation at a time over a cache-sized block of contiguous values: the working
+    # set stays in cache, where broadcasting a (block × num_perm) matrix would not.
     for begin in range(0, values.size, _MINHASH_BLOCK):
         end = min(begin + _MINHASH_BLOCK, values.size)
         block, permuted = values[begin:end], scratch[: end - begin]
