@@ -1,0 +1,167 @@
+"""A synthetic source end to end: landed with its generator, curated like any source, stated on
+the card and in lineage, and revoked by generator.
+
+Two batches of real prose (the shared extraction benchmark's article bodies): a natural one
+(source `web`) and a synthetic one (source `stories`) whose batch claims `acme/writer-1` while
+some records name `acme/writer-2` themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from fm_assets.cards.build import build_card
+from fm_assets.commands import operations
+from fm_assets.commands.cli import main
+from fm_assets.registries.tokenizers import register_tokenizer
+from fm_assets.settings import Settings, load_settings
+from fm_assets.shards.build import build_shard_set
+from fm_assets.versions.dataset_version import create_version, require_version
+from fm_assets.versions.reader import version_documents
+from tests.articles import long_articles
+from tests.conftest import NEOX_TOKENIZER
+from tests.policies import opt_out_policy
+from tests.test_generators import FLAGS, WRITER
+
+pytestmark = pytest.mark.slow
+
+WRITER_2 = {**WRITER, "model": "acme/writer-2", "revision": "r7", "seed": 99}
+
+
+@dataclass
+class Landed:
+    settings: Settings
+    natural: str
+    synthetic: str
+    shard_set_key: str
+    synthetic_docs: dict[str, str]  # doc id -> generator model
+
+
+def _cli(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def landed(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Landed]:
+    root = tmp_path_factory.mktemp("synthetic")
+    home = root / "fm"
+    saved = {k: os.environ.get(k) for k in ("FM_HOME", "DAGSTER_HOME", "FM_POLICY_FILE")}
+    os.environ["FM_HOME"] = str(home)
+    os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    os.environ["FM_POLICY_FILE"] = str(opt_out_policy(root))
+    settings = load_settings()
+    register_tokenizer(settings, NEOX_TOKENIZER, make_default=True)
+    articles = [body for _, body in long_articles(12)]
+    natural, synthetic = root / "web.jsonl", root / "stories.jsonl"
+    natural.write_text("".join(json.dumps({"text": b}) + "\n" for b in articles[:6]))
+    lines = [
+        {"text": b, **({"generator": WRITER_2} if i % 2 else {})}
+        for i, b in enumerate(articles[6:])
+    ]
+    synthetic.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    web = _cli("land", str(natural), "--source", "web", "--license", "MIT", "--team", "alpha")
+    stories = _cli(
+        "land", str(synthetic), "--source", "stories", "--license", "CC0-1.0", "--team", "beta",
+        *FLAGS,
+    )  # fmt: skip
+    natural_id, synthetic_id = web.split()[-1], stories.split()[-1]
+    for batch in (natural_id, synthetic_id):
+        operations.run_batch(settings, batch, lambda message: None)
+    version, _ = create_version(settings, "mix@v1", None, run_id=None)
+    info = register_tokenizer(settings, NEOX_TOKENIZER)
+    build = build_shard_set(settings, version.version_key, info, 512)
+    docs = version_documents(
+        settings, version, "tokenized_documents", ("doc_id", "generator_model")
+    )
+    generated = {
+        r["doc_id"]: r["generator_model"] for r in docs.to_pylist() if r["generator_model"]
+    }
+    yield Landed(settings, natural_id, synthetic_id, build.manifest.shard_set_key, generated)
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def test_the_synthetic_batch_flows_through_every_stage(landed: Landed) -> None:
+    """Its documents reach the version with their generators, per record where they say."""
+    assert sorted(landed.synthetic_docs.values()) == ["acme/writer-1"] * 3 + ["acme/writer-2"] * 3
+    version = require_version(landed.settings, "mix@v1")
+    assert set(version.batches) == {landed.natural, landed.synthetic}
+    docs = version_documents(
+        landed.settings, version, "tokenized_documents", ("doc_id", "source", "generator")
+    )
+    for row in docs.to_pylist():
+        if row["source"] == "web":
+            assert row["generator"] is None
+        else:
+            record = json.loads(row["generator"])
+            assert record["prompt_template_sha256"] == WRITER["prompt_template_sha256"]
+            assert record["seed"] == (99 if record["model"] == "acme/writer-2" else 1234)
+
+
+def test_the_card_states_the_share_per_generator_and_natural_source(landed: Landed) -> None:
+    card = build_card(landed.settings, require_version(landed.settings, "mix@v1"))
+    origin = {(r["kind"], r["name"]): r for r in card.summary["origin"]}  # type: ignore[union-attr]
+    assert set(origin) == {
+        ("natural source", "web"),
+        ("generator", "acme/writer-1"),
+        ("generator", "acme/writer-2"),
+    }
+    assert [origin[k]["documents"] for k in sorted(origin)] == [3, 3, 6]
+    assert sum(r["tokens"] for r in origin.values()) == card.summary["tokens"]
+    assert sum(r["document_share"] for r in origin.values()) == pytest.approx(1.0)
+    assert origin[("generator", "acme/writer-2")]["sources"] == ["stories"]
+    assert "## Origin: natural sources and generators" in card.markdown
+    assert "| generator | `acme/writer-1` | 3 |" in card.markdown
+
+
+def test_lineage_shows_the_generator(landed: Landed) -> None:
+    segments = [
+        segment
+        for sample in range(4)
+        for segment in _json_lines(_cli("lineage", "sample", landed.shard_set_key, str(sample)))
+    ]
+    synthetic = [s for s in segments if s["source"] == "stories"]
+    assert synthetic and any(s["source"] == "web" for s in segments)
+    for segment in segments:
+        expected = landed.synthetic_docs.get(segment["doc_id"])
+        assert segment["generator_model"] == expected
+        assert (segment["generator"] or {}).get("model") == expected
+    doc_id, model = next(iter(landed.synthetic_docs.items()))
+    places = _json_lines(_cli("lineage", "doc", doc_id))
+    assert places and all(p["generator_model"] == model for p in places)
+    assert all(p["generator"]["prompt_template_id"] == "story-v3" for p in places)
+
+
+def test_revoking_a_generator_removes_everything_it_produced(landed: Landed) -> None:
+    out = _cli("revoke", "--generator", "acme/writer-2", "--reason", "model terms changed")
+    assert "version mix@v1 -> mix@v2 (3 documents" in out
+    replacement = require_version(landed.settings, "mix@v2")
+    docs = version_documents(
+        landed.settings, replacement, "tokenized_documents", ("doc_id", "generator_model")
+    )
+    models = [r["generator_model"] for r in docs.to_pylist()]
+    assert "acme/writer-2" not in models and models.count("acme/writer-1") == 3
+    assert models.count(None) == 6
+    revocations = _json_lines(_cli("lineage", "revocations"))
+    assert [(r["criterion"], r["value"]) for r in revocations] == [("generator", "acme/writer-2")]
+    card = build_card(landed.settings, replacement)
+    assert {r["name"] for r in card.summary["origin"]} == {"web", "acme/writer-1"}  # type: ignore[union-attr]
+    # A later version leaves the revoked generator's documents out too.
+    later, _ = create_version(landed.settings, "again@v1", None, run_id=None)
+    assert later.num_documents == 9
