@@ -8,25 +8,35 @@ some records name `acme/writer-2` themselves.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
+import dagster as dg
 import pytest
 from click.testing import CliRunner
 
 from fm_assets.cards.build import build_card
 from fm_assets.commands import operations
 from fm_assets.commands.cli import main
+from fm_assets.costs.report import QUANTITIES, cost_report
 from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
-from fm_assets.shards.build import build_shard_set
+from fm_assets.shards.build import build_shard_set, read_shard_set_row
+from fm_assets.storage.bookkeeping import stage_runs
+from fm_assets.storage.landing import read_manifest
+from fm_assets.storage.objectstore import open_object_store
 from fm_assets.versions.dataset_version import create_version, require_version
 from fm_assets.versions.reader import version_documents
+from fm_loader.storage.cache_usage import record_stored
 from tests.articles import long_articles
 from tests.conftest import NEOX_TOKENIZER
+from tests.paths import REPO
 from tests.policies import opt_out_policy
 from tests.test_generators import FLAGS, WRITER
 
@@ -146,6 +156,59 @@ def test_lineage_shows_the_generator(landed: Landed) -> None:
     places = _json_lines(_cli("lineage", "doc", doc_id))
     assert places and all(p["generator_model"] == model for p in places)
     assert all(p["generator"]["prompt_template_id"] == "story-v3" for p in places)
+
+
+def test_cost_per_team_adds_up_to_what_was_measured(
+    landed: Landed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """alpha landed the natural batch, beta the synthetic one; both share mix@v1's shard set
+    (and a node's cached copy of it) by their tokens; every figure adds up."""
+    settings = landed.settings
+    row = read_shard_set_row(settings, landed.shard_set_key)
+    assert row is not None
+    directory = Path(str(row["uri"]).removeprefix("file://"))
+    shard_bytes = sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
+    cache = tmp_path / "node-cache"
+    cache.mkdir()
+    record_stored(cache, str(row["manifest_sha256"]), landed.shard_set_key, "s3://x", shard_bytes)
+    now = dt.datetime.now(dt.UTC)
+    report = cost_report(settings, [cache], now - dt.timedelta(days=1), now + dt.timedelta(hours=2))
+    assert report.teams == ["alpha", "beta"]
+    teams = report.team_totals()
+    for name in QUANTITIES:
+        assert sum(getattr(t, name) for t in teams.values()) == pytest.approx(report.totals[name])
+    # The totals are what was measured: the landed files, the shard set's files, the cache.
+    store = open_object_store(settings)
+    manifests = [read_manifest(store, b) for b in (landed.natural, landed.synthetic)]
+    assert report.totals["landing_bytes"] == sum(m.total_bytes for m in manifests)
+    assert report.totals["shard_bytes"] == shard_bytes
+    assert teams["alpha"].shard_bytes > 0 and teams["beta"].shard_bytes > 0
+    assert report.totals["cache_byte_hours"] == pytest.approx(shard_bytes * 2, rel=1e-3)
+    assert report.totals["table_bytes"] > 0 and teams["beta"].table_bytes > 0
+    runs = [r for r in stage_runs(settings) if r["batch_id"] in (landed.natural, landed.synthetic)]
+    assert runs and all(r["cpu_seconds"] and r["cpu_seconds"] > 0 for r in runs), [
+        (r["stage"], r["cpu_seconds"]) for r in runs
+    ]
+    assert teams["beta"].cpu_seconds == pytest.approx(
+        sum(r["cpu_seconds"] for r in runs if r["batch_id"] == landed.synthetic)
+    )
+    # `fm cost --team beta` prints beta's rows, priced from FM_PRICES_FILE.
+    monkeypatch.setenv("FM_PRICES_FILE", str(REPO / "deploy" / "prices.example.toml"))
+    out = _cli("cost", "--team", "beta", "--cache-dir", str(cache))
+    assert "beta" in out and "alpha" not in out and "storage USD" in out
+    assert " mix@v1 " in out and "TOTAL" in out
+    # The daily asset: the month so far, its table and plot in the object store.
+    from fm_assets.defs.costs import cost_report_asset
+    from fm_assets.defs.resources import FmPlatform
+
+    day = f"{now:%Y-%m-%d}"
+    result = dg.materialize([cost_report_asset], partition_key=day, resources={"fm": FmPlatform()})
+    assert result.success
+    svg = store.read_bytes(f"costs/{day}/cost_report.svg")
+    ElementTree.fromstring(svg)  # well-formed
+    assert b"beta" in svg and b"alpha" in svg
+    saved = json.loads(store.read_bytes(f"costs/{day}/cost_report.json"))
+    assert set(saved["teams"]) == {"alpha", "beta"} and saved["currency"] == "USD"
 
 
 def test_revoking_a_generator_removes_everything_it_produced(landed: Landed) -> None:

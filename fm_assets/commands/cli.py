@@ -21,6 +21,7 @@ from fm_assets.commands.approval import approve
 from fm_assets.commands.backup import backup
 from fm_assets.commands.cache import cache, text
 from fm_assets.commands.classifier import classifier
+from fm_assets.commands.cost import cost
 from fm_assets.commands.dev import dev
 from fm_assets.commands.land_options import (
     LandProvenance,
@@ -379,6 +380,7 @@ main.add_command(metrics)
 main.add_command(maintain)
 main.add_command(gc)
 main.add_command(ray_group)
+main.add_command(cost)
 
 
 if __name__ == "__main__":
