@@ -100,6 +100,8 @@ class Settings:
     openlineage_url: str | None = None
     openlineage_file: Path | None = None
     openlineage_namespace: str = "fm"  # the OpenLineage namespace of the platform's jobs
+    # Bearer token the endpoint requires (DataHub, a gateway in front of Marquez); never in a repr.
+    openlineage_api_key: str | None = field(default=None, repr=False)
 
     @property
     def dagster_home(self) -> Path:
@@ -238,4 +240,5 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         openlineage_url=env.get("FM_OPENLINEAGE_URL") or None,
         openlineage_file=_path_or_none(env.get("FM_OPENLINEAGE_FILE")),
         openlineage_namespace=env.get("FM_OPENLINEAGE_NAMESPACE") or "fm",
+        openlineage_api_key=env.get("FM_OPENLINEAGE_API_KEY") or None,
     )

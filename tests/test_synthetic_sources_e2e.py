@@ -25,6 +25,8 @@ from fm_assets.cards.build import build_card
 from fm_assets.commands import operations
 from fm_assets.commands.cli import main
 from fm_assets.costs.report import QUANTITIES, cost_report
+from fm_assets.defs.materialize import dagster_instance
+from fm_assets.lineage_events.events import lineage_run_id
 from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.shards.build import build_shard_set, read_shard_set_row
@@ -36,9 +38,11 @@ from fm_assets.versions.reader import version_documents
 from fm_loader.storage.cache_usage import record_stored
 from tests.articles import long_articles
 from tests.conftest import NEOX_TOKENIZER
+from tests.openlineage_validation import validate_event
 from tests.paths import REPO
 from tests.policies import opt_out_policy
 from tests.test_generators import FLAGS, WRITER
+from tests.test_openlineage import LineageServer
 
 pytestmark = pytest.mark.slow
 
@@ -52,6 +56,7 @@ class Landed:
     synthetic: str
     shard_set_key: str
     synthetic_docs: dict[str, str]  # doc id -> generator model
+    lineage: LineageServer  # the OpenLineage endpoint materializations report to
 
 
 def _cli(*args: str) -> str:
@@ -68,7 +73,18 @@ def _json_lines(text: str) -> list[dict[str, Any]]:
 def landed(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Landed]:
     root = tmp_path_factory.mktemp("synthetic")
     home = root / "fm"
-    saved = {k: os.environ.get(k) for k in ("FM_HOME", "DAGSTER_HOME", "FM_POLICY_FILE")}
+    names = (
+        "FM_HOME",
+        "DAGSTER_HOME",
+        "FM_POLICY_FILE",
+        "FM_OPENLINEAGE_URL",
+        "FM_OPENLINEAGE_FILE",
+    )
+    saved = {k: os.environ.get(k) for k in names}
+    # Every materialization's OpenLineage events: to a real endpoint on loopback, and a file.
+    lineage = LineageServer().__enter__()
+    os.environ["FM_OPENLINEAGE_URL"] = lineage.url
+    os.environ["FM_OPENLINEAGE_FILE"] = str(root / "openlineage.jsonl")
     os.environ["FM_HOME"] = str(home)
     os.environ["DAGSTER_HOME"] = str(home / "dagster")
     os.environ["FM_POLICY_FILE"] = str(opt_out_policy(root))
@@ -99,7 +115,10 @@ def landed(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Itera
     generated = {
         r["doc_id"]: r["generator_model"] for r in docs.to_pylist() if r["generator_model"]
     }
-    yield Landed(settings, natural_id, synthetic_id, build.manifest.shard_set_key, generated)
+    yield Landed(
+        settings, natural_id, synthetic_id, build.manifest.shard_set_key, generated, lineage
+    )
+    lineage.__exit__(None, None, None)
     for name, value in saved.items():
         if value is None:
             os.environ.pop(name, None)
@@ -202,7 +221,12 @@ def test_cost_per_team_adds_up_to_what_was_measured(
     from fm_assets.defs.resources import FmPlatform
 
     day = f"{now:%Y-%m-%d}"
-    result = dg.materialize([cost_report_asset], partition_key=day, resources={"fm": FmPlatform()})
+    result = dg.materialize(
+        [cost_report_asset],
+        partition_key=day,
+        resources={"fm": FmPlatform()},
+        instance=dagster_instance(settings),
+    )
     assert result.success
     svg = store.read_bytes(f"costs/{day}/cost_report.svg")
     ElementTree.fromstring(svg)  # well-formed
@@ -228,3 +252,51 @@ def test_revoking_a_generator_removes_everything_it_produced(landed: Landed) -> 
     # A later version leaves the revoked generator's documents out too.
     later, _ = create_version(landed.settings, "again@v1", None, run_id=None)
     assert later.num_documents == 9
+
+
+def test_every_materialization_sent_a_valid_openlineage_event(landed: Landed) -> None:
+    """Stages per batch, landing, versions and shard sets (the revocation's replacements), the
+    revocation and the cost report: each materialization's COMPLETE event reached the endpoint
+    and the file, valid, with its datasets."""
+    received = [event for path, event in landed.lineage.received if path == "/api/v1/lineage"]
+    log = Path(os.environ["FM_OPENLINEAGE_FILE"]).read_text().splitlines()
+    assert [json.loads(line) for line in log] == received
+    for event in received:
+        validate_event(event)
+    complete = {e["run"]["runId"]: e for e in received if e["eventType"] == "COMPLETE"}
+    started = {e["run"]["runId"] for e in received if e["eventType"] == "START"}
+    instance = dagster_instance(landed.settings)
+    materialized = []
+    for key in instance.get_asset_keys():
+        records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=500)
+        for record in records.records:
+            partition = record.asset_materialization.partition  # type: ignore[union-attr]
+            materialized.append((record.run_id, key.to_user_string(), partition))
+    assets = {asset for _, asset, _ in materialized}
+    assert {"raw_documents", "tokenized_documents", "landing_batch", "dataset_version"} <= assets
+    assert {"shard_set", "revocation", "cost_report"} <= assets, sorted(assets)
+    for run_id, asset, partition in materialized:
+        event_id = lineage_run_id(run_id, asset, partition)
+        assert event_id in complete and event_id in started, (asset, partition)
+        assert complete[event_id]["job"]["name"] == asset
+    # A stage's event: its input and output Iceberg tables at their snapshots, rows, checks.
+    raw = next(e for e in complete.values() if e["job"]["name"] == "tokenized_documents")
+    (source,) = raw["inputs"]
+    assert source["name"].endswith(".pii_redacted_documents") or source["name"].endswith(
+        ".decontaminated_documents"
+    )
+    output = raw["outputs"][0]
+    assert output["facets"]["version"]["datasetVersion"].isdigit()
+    assert output["outputFacets"]["outputStatistics"]["rowCount"] > 0
+    checks = {a["assertion"] for a in output["facets"]["dataQualityAssertions"]["assertions"]}
+    assert "token_counts_consistent" in checks
+    assert raw["run"]["facets"]["fm_code"]["codeVersion"]
+    shard = next(e for e in complete.values() if e["job"]["name"] == "shard_set")
+    assert shard["inputs"][0]["name"].startswith("dataset_version/mix@v")
+    assert shard["outputs"][0]["namespace"] == "file"
+    assert shard["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] > 0
+    revoked = next(e for e in complete.values() if e["job"]["name"] == "revocation")
+    assert [d["name"] for d in revoked["inputs"]] == ["dataset_version/mix@v1"]
+    assert "dataset_version/mix@v2" in [d["name"] for d in revoked["outputs"]]
+    cost = next(e for e in complete.values() if e["job"]["name"] == "cost_report")
+    assert "/costs/" in cost["outputs"][0]["name"]

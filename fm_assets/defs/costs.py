@@ -7,6 +7,7 @@ import dagster as dg
 
 from fm_assets.costs.plot import cost_plot
 from fm_assets.costs.report import cost_report, month_start, render_table, report_json
+from fm_assets.defs.openlineage import emits_lineage
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.storage.objectstore import open_object_store
 from fm_loader.storage.cache_dir import default_cache_dir
@@ -24,6 +25,7 @@ cost_days = dg.DailyPartitionsDefinition(start_date="2026-01-01", timezone="UTC"
     "seconds of stage runs, priced by FM_PRICES_FILE; the table, its JSON and a bar plot per "
     "team under costs/<day>/ in the object store.",
 )
+@emits_lineage()
 def cost_report_asset(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
     settings = fm.settings()
     day = dt.datetime.fromisoformat(context.partition_key).replace(tzinfo=dt.UTC)
@@ -46,6 +48,7 @@ def cost_report_asset(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.M
             "teams": dg.MetadataValue.json(per_team),
             "table": dg.MetadataValue.md(f"```\n{table}\n```"),
             "plot": dg.MetadataValue.path(store.uri(f"{prefix}/cost_report.svg")),
+            "uri": store.uri(prefix),  # the table, its JSON and the plot
             "currency": report.prices.currency if report.prices else "none (no FM_PRICES_FILE)",
         }
     )
