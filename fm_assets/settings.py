@@ -90,6 +90,18 @@ class Settings:
     # A step whose driver lost its Ray cluster is retried by Dagster after this long (a
     # KubeRay head pod is back within about a minute; defs/ray_loss.py).
     ray_lost_retry_s: float = 30.0
+    # The team a landing batch is charged to when `fm land` names none (docs/costs.md).
+    team: str = "unassigned"
+    # Prices per unit for `fm cost` and the cost_report asset (deploy/prices.example.toml);
+    # None: figures are measured and reported without prices.
+    prices_file: Path | None = None
+    # Where OpenLineage run events go (docs/openlineage.md): an HTTP endpoint (Marquez,
+    # DataHub, ...) and/or a JSON-lines file; neither: none are sent.
+    openlineage_url: str | None = None
+    openlineage_file: Path | None = None
+    openlineage_namespace: str = "fm"  # the OpenLineage namespace of the platform's jobs
+    # Bearer token the endpoint requires (DataHub, a gateway in front of Marquez); never in a repr.
+    openlineage_api_key: str | None = field(default=None, repr=False)
 
     @property
     def dagster_home(self) -> Path:
@@ -107,6 +119,10 @@ class Settings:
 
 def _int_or_none(value: str | None) -> int | None:
     return int(value) if value not in (None, "") else None
+
+
+def _path_or_none(value: str | None) -> Path | None:
+    return Path(value).expanduser() if value else None
 
 
 def _check_formats(env: dict[str, str]) -> None:
@@ -169,6 +185,12 @@ def _check_formats(env: dict[str, str]) -> None:
             f"FM_SLICE_BYTES must be the bytes of input one task of a stage reads on a Ray "
             f"cluster (a positive integer, default {16 << 20}), got {slice_bytes!r}"
         )
+    openlineage = env.get("FM_OPENLINEAGE_URL") or ""
+    if openlineage and not openlineage.startswith(("http://", "https://")):
+        raise ValueError(
+            f"FM_OPENLINEAGE_URL must be the http(s):// base URL of an OpenLineage endpoint "
+            f"(events are POSTed to /api/v1/lineage), got {openlineage!r}"
+        )
     for name in ("FM_OBJECT_STORE", "FM_WAREHOUSE"):
         value = env.get(name) or ""
         if "://" in value and not value.startswith(("s3://", "file://")):
@@ -213,4 +235,10 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         ray_idle_stop_s=float(env.get("FM_RAY_IDLE_STOP_S") or "900"),
         cluster_slice_bytes=int(env.get("FM_SLICE_BYTES") or str(16 << 20)),
         ray_lost_retry_s=float(env.get("FM_RAY_LOST_RETRY_S") or "30"),
+        team=env.get("FM_TEAM") or "unassigned",
+        prices_file=_path_or_none(env.get("FM_PRICES_FILE")),
+        openlineage_url=env.get("FM_OPENLINEAGE_URL") or None,
+        openlineage_file=_path_or_none(env.get("FM_OPENLINEAGE_FILE")),
+        openlineage_namespace=env.get("FM_OPENLINEAGE_NAMESPACE") or "fm",
+        openlineage_api_key=env.get("FM_OPENLINEAGE_API_KEY") or None,
     )

@@ -25,6 +25,8 @@ LAYERS: dict[str, int] = {
     "fm_assets.versions": 6,
     "fm_assets.shards": 7,
     "fm_assets.cards": 7,
+    "fm_assets.costs": 7,
+    "fm_assets.lineage_events": 7,
     "fm_assets.checks": 8,
     "fm_assets.defs": 9,
     "fm_assets.definitions": 10,

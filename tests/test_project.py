@@ -34,6 +34,7 @@ def test_definitions_hold_the_whole_graph() -> None:
         "contamination_registry",
         "contamination_scan",
         "revocation",
+        "cost_report",
     }
     graph = defs.resolve_asset_graph()
     # Lineage: each stage reads the one before it, in its modality's pipeline; the version reads
@@ -57,6 +58,7 @@ def test_definitions_hold_the_whole_graph() -> None:
     assert defs.resolve_job_def("process_image_text_batch") is not None
     assert "tokenized_pairs:token_counts_consistent" in checks
     assert defs.resolve_sensor_def("new_landing_batch_sensor") is not None
+    assert defs.resolve_schedule_def("cost_report_job_schedule") is not None
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from pathlib import Path
 from fm_assets.cards.data import CardData, read_card_data
 from fm_assets.cards.image_text import image_card
 from fm_assets.cards.markdown import render_markdown
+from fm_assets.cards.origin import origin_markdown, origin_rows
 from fm_assets.cards.plots import card_plots
 from fm_assets.settings import Settings
 from fm_assets.storage.landing import IMAGE_TEXT_MODALITY
@@ -64,6 +65,9 @@ def build_card(
     if images is not None:
         summary["images"] = images.summary
         markdown += "\n" + "\n".join(images.markdown)
+    origin = origin_rows(settings, version)
+    summary["origin"] = origin
+    markdown += origin_markdown(origin)
     if revocations:
         listed = [json.loads(json.dumps(dict(r), default=str)) for r in revocations]
         summary["revocations"] = listed

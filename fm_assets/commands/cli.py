@@ -21,7 +21,13 @@ from fm_assets.commands.approval import approve
 from fm_assets.commands.backup import backup
 from fm_assets.commands.cache import cache, text
 from fm_assets.commands.classifier import classifier
+from fm_assets.commands.cost import cost
 from fm_assets.commands.dev import dev
+from fm_assets.commands.land_options import (
+    LandProvenance,
+    check_provenance,
+    land_provenance_options,
+)
 from fm_assets.commands.lineage import lineage, revoke
 from fm_assets.commands.maintain import maintain
 from fm_assets.commands.metrics import metrics
@@ -104,27 +110,38 @@ def main() -> None:
     help="What the files hold; detected from their content when omitted (WebDataset tars and "
     "Parquet files of image bytes are image-text, WARC/JSONL/HTML/text are text).",
 )
+@land_provenance_options
 def land(
-    paths: tuple[str, ...], source: str, license_: str, namespace: str, modality: str | None
+    paths: tuple[str, ...],
+    source: str,
+    license_: str,
+    namespace: str,
+    modality: str | None,
+    provenance: LandProvenance,
 ) -> None:
     """Copy files into an immutable landing batch; prints the batch id last."""
     # Straight to the landing zone: `commands.operations` would load Dagster (seconds).
     from fm_assets.commands.modality import batch_modality
     from fm_assets.storage.landing import land_files
     from fm_assets.storage.objectstore import open_object_store
+    from fm_assets.storage.teams import record_team
 
-    files = [Path(p) for p in paths]
+    files, settings = [Path(p) for p in paths], load_settings()
+    store, team = open_object_store(settings), check_provenance(settings, provenance)
     manifest, created = land_files(
-        open_object_store(load_settings()),
+        store,
         files,
         source=source,
         license=license_,
         namespace=namespace,
         modality=batch_modality(files, modality),
+        generator=provenance.generator,
+        before_publish=lambda batch_id: record_team(store, batch_id, team),
     )
     _echo(
         f"{'landed' if created else 'already landed'} {len(manifest.files)} {manifest.modality} "
-        f"files, {manifest.total_bytes:,} bytes"
+        f"files, {manifest.total_bytes:,} bytes, team {team}"
+        + (f", generator {manifest.generator.model}" if manifest.generator else "")
     )
     click.echo(manifest.batch_id)
 
@@ -363,6 +380,7 @@ main.add_command(metrics)
 main.add_command(maintain)
 main.add_command(gc)
 main.add_command(ray_group)
+main.add_command(cost)
 
 
 if __name__ == "__main__":

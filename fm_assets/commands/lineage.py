@@ -77,6 +77,12 @@ def lineage_revocations() -> None:
 @click.option("--source", default=None, help="A source name, as landed.")
 @click.option("--license", "license_", default=None, help="An SPDX licence id, as landed.")
 @click.option("--batch", "batch_id", default=None, help="A landing batch id.")
+@click.option(
+    "--generator",
+    "generator_model",
+    default=None,
+    help="A generator model id: everything it produced (any revision, prompt or seed).",
+)
 @click.option("--reason", required=True, help="Why: kept with the revocation for audits.")
 def revoke(
     doc_id: str | None,
@@ -84,6 +90,7 @@ def revoke(
     source: str | None,
     license_: str | None,
     batch_id: str | None,
+    generator_model: str | None,
     reason: str,
 ) -> None:
     """Revoke documents: replace every version and shard set holding them, mark the old ones.
@@ -99,11 +106,13 @@ def revoke(
         "source": source,
         "license": license_,
         "batch": batch_id,
+        "generator": generator_model,
     }
     chosen = [(k, v) for k, v in named.items() if v is not None]
     if len(chosen) != 1:
         raise ValueError(
-            "name exactly one of --doc, --raw-sha256, --source, --license or --batch to revoke"
+            "name exactly one of --doc, --raw-sha256, --source, --license, --batch or "
+            "--generator to revoke"
         )
     criterion, value = chosen[0]
     report = run_revocation(load_settings(), criterion, value, reason, _echo)

@@ -9,6 +9,7 @@ import dagster as dg
 
 from fm_assets.defs.approval import build_approved_batch_sensor, decide_quarantined_batch
 from fm_assets.defs.cache import shard_set_cache
+from fm_assets.defs.costs import cost_report_asset, cost_report_job, cost_report_schedule
 from fm_assets.defs.curated import build_curated_assets
 from fm_assets.defs.jobs import BATCH_JOBS
 from fm_assets.defs.landing import build_landing_sensor, landing_batch
@@ -42,9 +43,16 @@ def build_definitions() -> dg.Definitions:
             contamination_registry,
             contamination_scan,
             revocation,
+            cost_report_asset,
         ],
-        jobs=[*BATCH_JOBS.values(), rescan_versions, decide_quarantined_batch, catalog_maintenance],
-        schedules=[catalog_maintenance_schedule],
+        jobs=[
+            *BATCH_JOBS.values(),
+            rescan_versions,
+            decide_quarantined_batch,
+            catalog_maintenance,
+            cost_report_job,
+        ],
+        schedules=[catalog_maintenance_schedule, cost_report_schedule],
         sensors=[
             build_landing_sensor(BATCH_JOBS),
             build_approved_batch_sensor(BATCH_JOBS),

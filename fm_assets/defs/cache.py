@@ -11,6 +11,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from fm_assets.defs.openlineage import describe_cache, emits_lineage
 from fm_assets.defs.partitions import shard_set_partitions
 from fm_assets.defs.progress import progress_logger
 from fm_assets.defs.resources import FmPlatform
@@ -38,6 +39,7 @@ class CacheConfig(dg.Config):
     kinds={"cache"},
     description="A shard set downloaded and verified into a node's hot cache (pre-warm).",
 )
+@emits_lineage(describe_cache)
 def shard_set_cache(
     context: dg.AssetExecutionContext, config: CacheConfig, fm: FmPlatform
 ) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation

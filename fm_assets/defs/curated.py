@@ -12,6 +12,7 @@ from fm_assets.checks.table import BATCH_CHECKS, BatchSubject, evaluate, stage_d
 from fm_assets.curation.approval import approval_gate
 from fm_assets.defs.checks import check_specs, to_check_result
 from fm_assets.defs.landing import LANDING_BATCH
+from fm_assets.defs.openlineage import describe_stage, emits_lineage
 from fm_assets.defs.partitions import add_partition_keys, landing_batches, quality_classifiers
 from fm_assets.defs.progress import progress_logger
 from fm_assets.defs.ray_loss import retried_when_ray_is_lost
@@ -36,6 +37,7 @@ def build_stage_asset(entry: StageEntry, upstream: dg.AssetKey, first: bool) -> 
         kinds={"ray", "iceberg"},
         description=entry.description,
     )
+    @emits_lineage(describe_stage)
     @retried_when_ray_is_lost
     def _stage_asset(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
         settings = fm.settings()

@@ -6,6 +6,7 @@ from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 
 from fm_assets.checks.table import BATCH_CHECKS, BatchSubject, evaluate
 from fm_assets.defs.checks import check_specs, to_check_result
+from fm_assets.defs.openlineage import describe_landing, emits_lineage
 from fm_assets.defs.partitions import landing_batches
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.defs.run_health import reap_dead_runs
@@ -24,6 +25,7 @@ LANDING_BATCH = dg.AssetKey("landing_batch")
     check_specs=check_specs(LANDING_BATCH, BATCH_CHECKS, landing_batches),
     description="An immutable, content-addressed batch of landed files with its manifest.",
 )
+@emits_lineage(describe_landing)
 def landing_batch(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
     settings = fm.settings()
     manifest = read_manifest(open_object_store(settings), context.partition_key)

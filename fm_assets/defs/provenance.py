@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from fm_assets.defs.openlineage import describe_revocation, emits_lineage
 from fm_assets.defs.partitions import (
     add_partition_keys,
     dataset_versions,
@@ -26,6 +27,7 @@ REVOCATION = dg.AssetKey("revocation")
     "versions it cut; `fm revoke` then materializes their dataset_version and shard_set "
     "partitions, whose blocking checks run.",
 )
+@emits_lineage(describe_revocation)
 def revocation(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
     settings = fm.settings()
     record = require_revocation(settings, context.partition_key)

@@ -14,6 +14,7 @@ from fm_assets.contamination.store import (
     registered_benchmark,
     registry_ref,
 )
+from fm_assets.defs.openlineage import describe_scan, emits_lineage
 from fm_assets.defs.partitions import benchmarks, dataset_versions, quality_classifiers
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.registries.classifiers import require_classifier
@@ -29,6 +30,7 @@ from fm_assets.versions.dataset_version import require_version
     description="A trained fastText quality classifier, by model sha256: where its copy lives, "
     "its held-out accuracy and the hashes of the data it was trained on.",
 )
+@emits_lineage()
 def quality_classifier_registry(
     context: dg.AssetExecutionContext, fm: FmPlatform
 ) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
@@ -70,6 +72,7 @@ class BenchmarkConfig(dg.Config):
     description="One held-out eval set per partition: normalised n-gram hashes and exact hashes "
     "of its items, in Iceberg; every decontamination stage and shard-set gate matches against it.",
 )
+@emits_lineage()
 def contamination_registry(
     context: dg.AssetExecutionContext, config: BenchmarkConfig, fm: FmPlatform
 ) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
@@ -120,6 +123,7 @@ def contamination_registry(
     "runs for every version when a benchmark is registered. Contaminated versions are flagged "
     "in their metadata and dataset card.",
 )
+@emits_lineage(describe_scan)
 def contamination_scan(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
     settings = fm.settings()
     version = require_version(settings, context.partition_key)

@@ -8,6 +8,7 @@ from fm_assets.cards.build import copy_version_card
 from fm_assets.checks.shard_sets import published_copy
 from fm_assets.checks.table import SHARD_SET_CHECKS, ShardSetSubject, evaluate
 from fm_assets.defs.checks import check_specs, to_check_result
+from fm_assets.defs.openlineage import describe_set, emits_lineage
 from fm_assets.defs.partitions import shard_set_partitions
 from fm_assets.defs.progress import progress_logger
 from fm_assets.defs.resources import FmPlatform
@@ -43,6 +44,7 @@ warnings.filterwarnings("ignore", category=dg.BetaWarning)
     description="A version packed best-fit-decreasing into seq_len sequences, as MDS shards "
     "(a revocation's replacement version: its base's set with the revoked documents removed).",
 )
+@emits_lineage(describe_set)
 def shard_set(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
     settings = fm.settings()
     partition_key = context.partition_key

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from fm_assets.defs.openlineage import describe_set, emits_lineage
 from fm_assets.defs.partitions import dataset_versions
 from fm_assets.defs.progress import progress_logger
 from fm_assets.defs.resources import FmPlatform
@@ -20,6 +21,7 @@ TEXT_SET = dg.AssetKey("text_set")
     description="A version's curated text as MDS (doc_id, text), for make_dataset(..., "
     "tokenize_online=True) with a tokenizer given at load time.",
 )
+@emits_lineage(describe_set)
 def text_set(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
     build = export_text_set(
         fm.settings(),

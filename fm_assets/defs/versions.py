@@ -6,6 +6,7 @@ from pydantic import Field
 from fm_assets.cards.build import build_card, version_card_prefix, write_card_to_store
 from fm_assets.checks.table import VERSION_CHECKS, VersionSubject, evaluate
 from fm_assets.defs.checks import check_specs, to_check_result
+from fm_assets.defs.openlineage import describe_version, emits_lineage
 from fm_assets.defs.partitions import dataset_versions
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.execution.pipelines import PIPELINES
@@ -33,6 +34,7 @@ class DatasetVersionConfig(dg.Config):
     check_specs=check_specs(DATASET_VERSION, VERSION_CHECKS, dataset_versions),
     description="An immutable cut of curated batches: a dataset_versions row and Iceberg tags.",
 )
+@emits_lineage(describe_version)
 def dataset_version(
     context: dg.AssetExecutionContext, config: DatasetVersionConfig, fm: FmPlatform
 ) -> dg.MaterializeResult:  # type: ignore[type-arg]  # dagster rejects a subscripted annotation

@@ -17,6 +17,7 @@ import pyarrow as pa
 from fm_assets.execution.heap import freeze_long_lived
 from fm_assets.execution.local_ray import connecting, running_local_ray, start_local_ray
 from fm_assets.execution.ray_loss import lost_cluster
+from fm_assets.execution.task_clock import measured
 from fm_assets.execution.warm_pool import WarmPool, open_pool
 from fm_assets.execution.warm_up import warm_worker
 from fm_assets.settings import Settings
@@ -159,7 +160,8 @@ class RemoteFunction:
     def __init__(
         self, function: Callable[..., Any], num_returns: int = 1, num_gpus: float = 0
     ) -> None:
-        self.function = function
+        # Measured: a slice's outcome reports the CPU time of the call that made it.
+        self.function = measured(function)
         self.num_returns = num_returns
         self.num_gpus = num_gpus
         self._task: Any = None

@@ -150,6 +150,7 @@ def landed_parts(
                     "source": manifest.source,
                     "license": manifest.license,
                     "namespace": manifest.namespace,
+                    "generator": manifest.generator.to_json() if manifest.generator else None,
                     "part": len(rows),
                     "start": start,
                     "end": end,

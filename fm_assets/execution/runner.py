@@ -79,6 +79,8 @@ class StageRunReport:
     slices: int = 0  # Ray tasks the input was cut into
     bytes_in: int = 0  # input bytes read (landed files, or the upstream data files)
     nodes: int = 0  # Ray nodes the slices ran on
+    cpu_seconds: float = 0.0  # CPU time of the slice tasks' processes
+    gpu_seconds: float = 0.0  # GPU time of the slice tasks that held a GPU
 
 
 def _digest(*parts: str) -> str:
@@ -270,6 +272,8 @@ def _run_stage(
             "committed_at": dt.datetime.now(dt.UTC),
             "policy_json": plan.policy.to_json(),
             "config_json": json.dumps(stage.config(), sort_keys=True, default=str),
+            "cpu_seconds": sum(o.cpu_seconds for o in outcomes),
+            "gpu_seconds": sum(o.gpu_seconds for o in outcomes),
         },
     )
     report = StageRunReport(
@@ -284,6 +288,8 @@ def _run_stage(
         slices=len(outcomes),
         bytes_in=sum(o.bytes_in for o in outcomes),
         nodes=len({o.node for o in outcomes if o.node}),
+        cpu_seconds=round(sum(o.cpu_seconds for o in outcomes), 3),
+        gpu_seconds=round(sum(o.gpu_seconds for o in outcomes), 3),
     )
     progress(f"{stage_name}: {kept} kept, {bad} quarantined in {report.seconds:.2f}s")
     return report

@@ -12,6 +12,7 @@ import pyarrow as pa
 from pyiceberg.manifest import DataFile
 
 from fm_assets.execution.table_ranges import FileRange, read_ranges
+from fm_assets.execution.task_clock import call_seconds
 from fm_assets.stages.base import Stage, StageResult
 from fm_assets.storage.data_files import TableHandle, write_files
 
@@ -40,6 +41,10 @@ class SliceOutcome:
     rules: dict[str, int]
     bytes_in: int
     node: str = ""  # the Ray node that ran the slice ("" outside Ray)
+    # What the slice's call cost: its process's CPU seconds, and GPU seconds (wall time times
+    # the GPUs Ray gave it) where it held one.
+    cpu_seconds: float = 0.0
+    gpu_seconds: float = 0.0
 
 
 def _current_node() -> str:
@@ -49,6 +54,15 @@ def _current_node() -> str:
         return str(ray.get_runtime_context().get_node_id() or "")
     except Exception:  # not in a Ray worker (a test calling a slice task directly)
         return ""
+
+
+def _current_gpus() -> int:
+    import ray
+
+    try:
+        return len(ray.get_gpu_ids())
+    except Exception:  # not in a Ray worker
+        return 0
 
 
 def write_result(
@@ -68,6 +82,7 @@ def write_result(
         rows = result.side.get(name)
         files[name] = [] if rows is None else write_files(handle, rows, outputs.write_id, task_id)
     rules = Counter(result.quarantined.column("rule").to_pylist())
+    cpu, wall = call_seconds()
     return SliceOutcome(
         files=files,
         records_in=records_in,
@@ -76,6 +91,8 @@ def write_result(
         rules=dict(rules),
         bytes_in=bytes_in,
         node=_current_node(),
+        cpu_seconds=cpu,
+        gpu_seconds=wall * _current_gpus(),
     )
 
 

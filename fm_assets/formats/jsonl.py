@@ -155,6 +155,8 @@ def _document(
     except UnicodeEncodeError as exc:  # JSON can escape a lone surrogate: "\ud800"
         reason = f"{line.where}: `{field}` holds a lone surrogate at character {exc.start}"
         return numbering.unreadable(Rule.INVALID_UTF8, reason, line.sha256())
+    # Validated by the raw stage (`storage.generators`), which quarantines a malformed one.
+    generator = value.get("generator")
     return numbering.parsed(
         content=content,
         content_type=field,
@@ -165,6 +167,7 @@ def _document(
         external_id=_external_id(value.get("id")),
         offset=origin,
         line=line.number,
+        generator=None if generator is None else json.dumps(generator, sort_keys=True),
     )
 
 

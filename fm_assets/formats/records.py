@@ -23,6 +23,7 @@ class ParsedRecord:
     offset: int | None = None
     line: int | None = None  # JSONL: the 1-based line number within what the reader was given
     warc_record_id: str | None = None  # WARC: the record's WARC-Record-ID header
+    generator: str | None = None  # JSONL `generator`, as JSON text (the raw stage checks it)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Rule:
     INVALID_JSON: Final = "invalid_json"
     MISSING_TEXT_FIELD: Final = "missing_text_field"
     RECORD_TOO_LARGE: Final = "record_too_large"
+    INVALID_GENERATOR: Final = "invalid_generator"  # a JSONL `generator` lacking its fields
 
 
 @dataclass
@@ -96,6 +98,7 @@ class RecordNumbering:
         offset: int | None = None,
         line: int | None = None,
         warc_record_id: str | None = None,
+        generator: str | None = None,
     ) -> ParsedRecord:
         """Return the next item as a ParsedRecord."""
         record = ParsedRecord(
@@ -109,6 +112,7 @@ class RecordNumbering:
             offset=offset,
             line=line,
             warc_record_id=warc_record_id,
+            generator=generator,
         )
         self.count += 1
         return record

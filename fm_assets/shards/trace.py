@@ -8,6 +8,7 @@ namespaces it holds; a document (whose namespace the caller need not know) in ev
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fm_assets.execution.pipelines import PIPELINES
@@ -106,6 +107,7 @@ def describe_sample(settings: Settings, shard_set_key: str, sample: int) -> list
                 "source": origin["source"],
                 "license": origin["license"],
                 "namespace": origin["namespace"],
+                **generator_fields(origin),
                 "version": version.version_key,
                 "shard_set": shard_set_key,
                 "sample": sample,
@@ -122,6 +124,32 @@ def _shard_set_rows(settings: Settings) -> dict[str, dict[str, Any]]:
     for row in sorted(rows, key=lambda r: r["created_at"]):
         latest[row["shard_set_key"]] = row
     return latest
+
+
+def generator_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """A document's generator, as lineage prints it: the model id and the whole record (null
+    both for a natural document)."""
+    text = row.get("generator")
+    return {
+        "generator_model": row.get("generator_model"),
+        "generator": json.loads(text) if text else None,
+    }
+
+
+def _generators(settings: Settings, doc_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """doc id -> its generator fields, from the first table of each pipeline."""
+    found: dict[str, dict[str, Any]] = {}
+    for first in sorted({p.names[0] for p in PIPELINES.values()}):
+        rows = catalog.read_namespaces(
+            settings,
+            first,
+            catalog.data_namespaces(settings),
+            catalog.where_in("doc_id", doc_ids),
+            ("doc_id", "generator_model", "generator"),
+        )
+        for row in rows.to_pylist():
+            found[row["doc_id"]] = generator_fields(row)
+    return found
 
 
 def document_ids(settings: Settings, ref: str) -> list[str]:
@@ -168,6 +196,8 @@ def places_of_document(settings: Settings, ref: str) -> list[dict[str, Any]]:
     """One dict per (shard set, sample) holding the document, with the runs that read the set,
     then one per version holding it that no shard set of it does (shard_set and sample null)."""
     doc_ids = document_ids(settings, ref)
+    generators = _generators(settings, doc_ids)
+    natural = generator_fields({})
     rows = samples_holding(settings, doc_ids)
     sets = _shard_set_rows(settings)
     runs: dict[str, list[str]] = {}
@@ -187,6 +217,7 @@ def places_of_document(settings: Settings, ref: str) -> list[dict[str, Any]]:
             "token_end": r["token_end"],
             "revoked": revoked[r["shard_set_key"]],
             "runs": runs[r["shard_set_key"]],
+            **generators.get(r["doc_id"], natural),
         }
         for r in rows
     ]
@@ -194,7 +225,14 @@ def places_of_document(settings: Settings, ref: str) -> list[dict[str, Any]]:
     for version_key in versions_holding(settings, doc_ids):
         if version_key not in in_sets:
             places.append(
-                {"doc_id": ref, "version": version_key, "shard_set": None, "sample": None}
+                {
+                    "doc_id": ref,
+                    "version": version_key,
+                    "shard_set": None,
+                    "sample": None,
+                    # A raw sha256 names documents landed with those bytes: one generator each.
+                    **generators.get(ref, next(iter(generators.values()), natural)),
+                }
             )
     if not places:
         raise ValueError(

@@ -24,6 +24,7 @@ from fm_assets.formats.records import Rule
 from fm_assets.formats.splitting import RangeReader
 from fm_assets.stages.base import Stage, StageResult, quarantine_rows
 from fm_assets.storage import schemas
+from fm_assets.storage.generators import Generator, generator_columns
 from fm_assets.storage.objectstore import filesystem_for
 from fm_loader.storage.retry import with_retries
 
@@ -37,6 +38,7 @@ LANDED_PARTS = pa.schema(
         pa.field("source", pa.string()),
         pa.field("license", pa.string()),
         pa.field("namespace", pa.string()),
+        pa.field("generator", pa.string()),  # the batch's generator (canonical JSON), if any
         pa.field("part", pa.int64()),  # position of the part in the batch: the order of records
         pa.field("start", pa.int64()),  # byte range of the file the part covers
         pa.field("end", pa.int64()),  # -1: to the end of the file
@@ -81,7 +83,8 @@ class RawStage(Stage):
     """
 
     name: ClassVar[str] = "raw_documents"
-    version: ClassVar[str] = "2"  # 2: where each record is in its file
+    # 2: where each record is in its file; 3: generator provenance (a JSONL `generator`)
+    version: ClassVar[str] = "3"
     output_schema: ClassVar[pa.Schema] = schemas.RAW_DOCUMENTS
     # Large WARC/JSONL files are cut into parts at record boundaries, read by several tasks.
     splits_large_files: ClassVar[bool] = True
@@ -108,7 +111,7 @@ class RawStage(Stage):
         stats = ReadStats()
         for item in self._items(part, stats):
             count = item.index + 1
-            if isinstance(item, ParsedRecord) and self._problem(item.content) is None:
+            if isinstance(item, ParsedRecord) and self._record_problem(item) is None:
                 doc_ids.append(hashlib.sha256(item.content).hexdigest())
                 items.append(item.index)
         candidates = pa.table(
@@ -153,7 +156,7 @@ class RawStage(Stage):
                 )
                 continue
             sha = hashlib.sha256(item.content).hexdigest()
-            problem = self._problem(item.content)
+            problem = self._record_problem(item)
             original = duplicates.get((int(part["part"]), item.index))  # type: ignore[call-overload]
             if problem is None and original is not None:
                 problem = ("exact_duplicate", f"same raw bytes as {original}")
@@ -191,6 +194,16 @@ class RawStage(Stage):
                 "the archive holds no documents, only non-document records",
                 None,
             )
+
+    def _record_problem(self, item: ParsedRecord) -> tuple[str, str] | None:
+        """Why a parsed record cannot be kept: its content, or a malformed JSONL generator."""
+        problem = self._problem(item.content)
+        if problem is None and item.generator is not None:
+            try:
+                Generator.from_json(item.generator, "the record's `generator`")
+            except ValueError as exc:
+                return (Rule.INVALID_GENERATOR, str(exc))
+        return problem
 
     def _problem(self, content: bytes) -> tuple[str, str] | None:
         if not content.strip():
@@ -265,6 +278,14 @@ def _document(
         "url": item.url,
         "lang_hint": item.lang_hint,
         "external_id": item.external_id,
+        # The record's own generator wins over its batch's (a batch may mix models).
+        **generator_columns(
+            Generator.from_json(item.generator)
+            if item.generator is not None
+            else Generator.from_json(str(part["generator"]))
+            if part.get("generator")
+            else None
+        ),
         "content_type": item.content_type,
         "charset": item.charset,
         # Where the record is in the landed file: a part's offsets count from its start.

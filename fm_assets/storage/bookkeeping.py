@@ -41,6 +41,10 @@ STAGE_RUNS = sa.Table(
     # canonical JSON (null for runs recorded before they were kept).
     sa.Column("policy_json", sa.Text, nullable=True),
     sa.Column("config_json", sa.Text, nullable=True),
+    # What the run's Ray work cost: CPU seconds of its slice tasks' processes, and GPU seconds
+    # of those that held a GPU (null for runs recorded before they were measured).
+    sa.Column("cpu_seconds", sa.Float, nullable=True),
+    sa.Column("gpu_seconds", sa.Float, nullable=True),
     sa.Index("fm_stage_runs_lookup", "namespace", "batch_id", "stage", "committed_at"),
 )
 

@@ -20,17 +20,25 @@ import datetime as dt
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from fm_assets.settings import PIPELINE_VERSION
+from fm_assets.storage.generators import Generator
 from fm_assets.storage.objectstore import ObjectStore
 
 MANIFEST_FORMAT_VERSION = 1  # a text batch's manifest: the format since the first release
 # A batch of another modality records it; format 1 manifests (no `modality`) are text batches.
 MODALITY_MANIFEST_FORMAT_VERSION = 2
+# A batch claiming a generator (synthetic data) records it; batches without one keep format 1 or 2.
+GENERATOR_MANIFEST_FORMAT_VERSION = 3
+FORMATS = (
+    MANIFEST_FORMAT_VERSION,
+    MODALITY_MANIFEST_FORMAT_VERSION,
+    GENERATOR_MANIFEST_FORMAT_VERSION,
+)
 TEXT_MODALITY = "text"
 IMAGE_TEXT_MODALITY = "image-text"
 MODALITIES = (TEXT_MODALITY, IMAGE_TEXT_MODALITY)
@@ -60,6 +68,7 @@ class BatchManifest:
     tool_version: str
     files: tuple[LandedFile, ...]
     modality: str = TEXT_MODALITY  # one of MODALITIES: which pipeline curates the batch
+    generator: Generator | None = None  # what produced the batch, if it is synthetic
 
     @property
     def total_bytes(self) -> int:
@@ -67,6 +76,11 @@ class BatchManifest:
 
     def to_json(self) -> str:
         fields = asdict(self)
+        if self.generator is not None:
+            fields["generator"] = self.generator.as_dict()
+            fields["format_version"] = GENERATOR_MANIFEST_FORMAT_VERSION
+            return json.dumps(fields, indent=2, sort_keys=True)
+        del fields["generator"]  # batches without one keep the format earlier releases wrote
         if self.modality == TEXT_MODALITY:
             # A text batch's manifest stays byte for byte what earlier releases wrote.
             del fields["modality"]
@@ -90,16 +104,21 @@ class BatchManifest:
         if not isinstance(raw, dict):
             raise ValueError(f"landing manifest must be a JSON object, got {_json_type(raw)}")
         version = raw.get("format_version")
-        if version not in (MANIFEST_FORMAT_VERSION, MODALITY_MANIFEST_FORMAT_VERSION):
+        if version not in FORMATS:
             raise ValueError(
                 f"landing manifest format {version!r} is not supported (this fm reads "
-                f"{MANIFEST_FORMAT_VERSION} and {MODALITY_MANIFEST_FORMAT_VERSION}); "
-                "upgrade fm-platform"
+                f"{', '.join(map(str, FORMATS))}); upgrade fm-platform"
             )
         if version == MANIFEST_FORMAT_VERSION:
             if "modality" in raw:
                 raise ValueError("landing manifest format 1 has no field 'modality'")
             raw = {**raw, "modality": TEXT_MODALITY}
+        generator = None
+        if version == GENERATOR_MANIFEST_FORMAT_VERSION:
+            generator = Generator.from_mapping(raw.get("generator"), "landing manifest generator")
+        elif "generator" in raw:
+            raise ValueError(f"landing manifest format {version} has no field 'generator'")
+        raw = {**raw, "generator": generator}
         fields = _checked_fields(cls, raw, "landing manifest")
         if fields["modality"] not in MODALITIES:
             raise ValueError(
@@ -236,12 +255,15 @@ def land_files(
     license: str,
     namespace: str = "cloud",
     modality: str = TEXT_MODALITY,
+    generator: Generator | None = None,
+    before_publish: Callable[[str], None] | None = None,
 ) -> tuple[BatchManifest, bool]:
     """Copy `paths` into a new immutable batch of `modality`; return (manifest, created).
 
     `created` is False when a batch with exactly these files was landed before; landing it
-    again with different source, license, namespace or modality is refused rather than
-    silently merged.
+    again with different source, license, namespace, modality or generator is refused rather
+    than silently merged. `before_publish(batch_id)` runs once the files are in place and
+    before the manifest publishes the batch (a sidecar the batch must never be seen without).
     """
     if modality not in MODALITIES:
         raise ValueError(f"--modality must be one of {', '.join(MODALITIES)}, got {modality!r}")
@@ -271,12 +293,16 @@ def land_files(
     if store.exists(f"{prefix}/manifest.json"):
         existing = read_manifest(store, batch_id)
         landed = (existing.source, existing.license, existing.namespace, existing.modality)
-        if landed != (source, license, namespace, modality):
+        if landed != (source, license, namespace, modality) or existing.generator != generator:
+            claimed = existing.generator.model if existing.generator else "none"
             raise ValueError(
                 f"these files were landed already as {batch_id} with source={existing.source} "
                 f"license={existing.license} namespace={existing.namespace} "
-                f"modality={existing.modality}; a batch's metadata is immutable"
+                f"modality={existing.modality} generator={claimed}; a batch's metadata is "
+                "immutable"
             )
+        if before_publish is not None:
+            before_publish(batch_id)
         # A crash between publishing and logging would hide the batch from the sensor.
         if not any(b == batch_id for _, b in published_log(store)):
             _log_publication(store, batch_id)
@@ -302,9 +328,10 @@ def land_files(
         tool_version=PIPELINE_VERSION,
         files=files,
         modality=modality,
+        generator=generator,
     )
     sources = {sha: path for sha, (path, _) in unique.items()}
-    _publish(store, manifest, sources)
+    _publish(store, manifest, sources, before_publish)
     _log_publication(store, batch_id)
     return manifest, True
 
@@ -314,7 +341,12 @@ def _log_publication(store: ObjectStore, batch_id: str) -> None:
     store.write_bytes_atomic(f"landing/published/{stamp}-{batch_id}", b"")
 
 
-def _publish(store: ObjectStore, manifest: BatchManifest, sources: dict[str, Path]) -> None:
+def _publish(
+    store: ObjectStore,
+    manifest: BatchManifest,
+    sources: dict[str, Path],
+    before_publish: Callable[[str], None] | None = None,
+) -> None:
     """Put every file in place, then write the manifest, which publishes the batch.
 
     Each file appears whole (an atomic rename locally, one upload on S3). A crash before the
@@ -324,6 +356,8 @@ def _publish(store: ObjectStore, manifest: BatchManifest, sources: dict[str, Pat
         if store.size(landed.key) == landed.size:
             continue  # a landing that crashed before its manifest copied it already
         store.upload_file(sources[landed.sha256], landed.key)
+    if before_publish is not None:
+        before_publish(manifest.batch_id)
     store.write_bytes_atomic(
         f"{_batch_prefix(manifest.batch_id)}/manifest.json", manifest.to_json().encode()
     )

@@ -1,9 +1,10 @@
 """Revocations: which documents may no longer be trained on, who said so, when and why.
 
-A revocation names documents by one provenance column (a document, a source, a licence or a
-landing batch), so it also covers documents of that source or licence landed later: every new
-dataset version leaves out what a recorded revocation matches (`versions.dataset_version`), and
-`versions.revocation` cuts replacements for the versions that already hold them.
+A revocation names documents by one provenance column (a document, its raw bytes, a source, a
+licence, a landing batch or the generator model that produced it), so it also covers documents
+of that source, licence or generator landed later: every new dataset version leaves out what a
+recorded revocation matches (`versions.dataset_version`), and `versions.revocation` cuts
+replacements for the versions that already hold them.
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ CRITERIA: dict[str, str] = {
     "source": "source",
     "license": "license",
     "batch": "batch_id",
+    # Everything a generator model produced (any revision, prompt or seed): `generator_model`.
+    "generator": "generator_model",
 }
 
 REVOCATIONS = pa.schema(
     [
         pa.field("revocation_id", pa.string(), nullable=False),
-        pa.field("criterion", pa.string(), nullable=False),  # doc | source | license | batch
+        pa.field("criterion", pa.string(), nullable=False),  # a key of CRITERIA
         pa.field("value", pa.string(), nullable=False),
         pa.field("reason", pa.string(), nullable=False),
         pa.field("revoked_by", pa.string(), nullable=False),

@@ -25,6 +25,10 @@ PROVENANCE_FIELDS: list[pa.Field] = [
         "lang_hint", pa.string(), nullable=True
     ),  # from the input (JSONL `lang`), not detected
     pa.field("external_id", pa.string(), nullable=True),  # the input's own id (JSONL `id`)
+    # What produced a synthetic document (`storage.generators`): the model id, and the whole
+    # generator record as canonical JSON; null for natural documents and rows written before.
+    pa.field("generator_model", pa.string(), nullable=True),
+    pa.field("generator", pa.string(), nullable=True),
 ]
 
 RAW_DOCUMENTS = pa.schema(

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fm_assets.curation.generators import refuse_generators
 from fm_assets.curation.namespaces import load_namespace_policy
 from fm_assets.execution.pipeline import Pipeline
 from fm_assets.execution.pipelines import pipeline_for, pipeline_of_batch
@@ -301,6 +302,7 @@ def create_version(
                     "license",
                     "batch_id",
                     "namespace",
+                    "generator_model",
                 ),
                 namespace=namespace,
             )
@@ -313,6 +315,7 @@ def create_version(
     docs, revoked, duplicates = choose_documents(
         docs, read_revocations(settings), lambda b: published.get(b, len(published))
     )
+    refuse_generators(settings, version_key, docs)
     if docs.num_rows == 0:
         raise ValueError(
             f"{version_key} would hold no documents: every document of batches "

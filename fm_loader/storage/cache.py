@@ -38,6 +38,7 @@ from fm_loader.storage.cache_dir import (
     locked,
     make_room,
 )
+from fm_loader.storage.cache_usage import record_stored
 from fm_loader.storage.fetch import CacheUse, RemoteShards, file_sha256
 from fm_loader.storage.retry import StorageUnavailable
 
@@ -182,13 +183,14 @@ def _fill(opening: _Opening) -> None:
         data = remote.manifest_bytes(opening.manifest_sha256)
         manifest = set_format.parse(data)
         shards = manifest.shards
+        size = sum(s.bytes for s in shards)
         info = {
             "uri": remote.uri,
             "manifest_sha256": opening.manifest_sha256,
             "manifest_name": set_format.manifest_name,
             "shard_set_key": manifest.set_key,
             "shard_names": [s.name for s in shards],
-            "bytes": sum(s.bytes for s in shards),
+            "bytes": size,
         }
         if not (entry / ENTRY_INFO_NAME).is_file():
             _write_atomic(entry / ENTRY_INFO_NAME, json.dumps(info, indent=1).encode())
@@ -196,6 +198,8 @@ def _fill(opening: _Opening) -> None:
         remote.fetch_index(entry)
         remote.fetch_shards(shards, use, opening.verify_all)
         _write_atomic(entry / set_format.manifest_name, data)
+        # Complete from here: its byte-hours count (`cache_usage`, for cost attribution).
+        record_stored(entry.parent, entry.name, manifest.set_key, remote.uri, size)
     except StorageUnavailable:
         raise  # transient: the shards fetched so far stay for the next attempt
     except BaseException:

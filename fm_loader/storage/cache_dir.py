@@ -35,6 +35,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from fm_loader.storage.cache_usage import record_evicted
+
 CONFIG_NAME = "fm_cache.json"
 ENTRY_INFO_NAME = "fm_cache_entry.json"  # what an entry holds: written before any shard
 _ENTRY = re.compile(r"^[0-9a-f]{64}$")
@@ -221,6 +223,7 @@ def make_room(root: Path, keep: str) -> list[Eviction]:
             finally:
                 os.close(fd)
             shutil.rmtree(doomed, ignore_errors=True)
+            record_evicted(root, name)
             used -= sizes[name]
             evicted.append(Eviction(name, _label(entry), sizes[name]))
         if used > config.quota_bytes:

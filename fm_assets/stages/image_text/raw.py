@@ -24,6 +24,7 @@ from fm_assets.formats.image_text import (
 )
 from fm_assets.formats.records import UnreadableRecord
 from fm_assets.stages.raw import CANDIDATES, PartScan, RawStage, part_reject, record_id_for
+from fm_assets.storage.generators import Generator, generator_columns
 from fm_assets.storage.image_text_schemas import RAW_PAIRS
 from fm_assets.storage.objectstore import filesystem_for
 
@@ -112,6 +113,10 @@ def _pair_row(
         "url": item.url,
         "lang_hint": None,
         "external_id": item.key,
+        # A synthetic image-text batch's generator, from its manifest (the same for each pair).
+        **generator_columns(
+            Generator.from_json(str(part["generator"])) if part.get("generator") else None
+        ),
         "text": item.caption,
         "image_member": item.image_name,
         "record_offset": item.offset,

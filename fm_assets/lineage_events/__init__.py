@@ -1,0 +1,1 @@
+"""OpenLineage run events of the platform's materializations (docs/openlineage.md)."""
