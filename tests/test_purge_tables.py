@@ -12,9 +12,9 @@ import pytest
 
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog, data_files
-from fm_assets.storage.batch_history import _history_complete
 from fm_assets.storage.bookkeeping import file_checksums
 from fm_assets.storage.maintenance.files import list_files, referenced_files
+from fm_assets.storage.maintenance.history import history_complete
 from fm_assets.storage.maintenance.tables import TableRef, load
 from fm_assets.storage.purge.scope import PurgeScope
 from fm_assets.storage.purge.snapshots import purge_table
@@ -110,7 +110,7 @@ def test_every_snapshot_loses_the_rows_and_keeps_its_id(
     assert head is not None and head.parent_snapshot_id == history["last"]
     assert head.summary is not None and head.summary["fm.operation"] == "purge"
     assert _docs(s, None) == [("b1", "d2"), ("b2", "d1"), ("b2", "d3"), ("b3", "d4")]
-    assert _history_complete(table.metadata)
+    assert history_complete(s, table.metadata)
 
     # Nothing of the purged rows is left, and every file a snapshot names is pinned.
     assert scan_tree(home / "warehouse", needles) == []
@@ -153,4 +153,4 @@ def test_a_whole_batch_and_a_table_without_batches(fm_settings: Settings) -> Non
     assert report.files_emptied == 1 and report.rows_removed == 2
     assert _docs(s, None) == [("b2", "d3")]
     table = load(s, ref)
-    assert _history_complete(table.metadata)
+    assert history_complete(s, table.metadata)
