@@ -13,7 +13,7 @@ from fm_assets.defs.curated import build_curated_assets
 from fm_assets.defs.jobs import BATCH_JOBS
 from fm_assets.defs.landing import build_landing_sensor, landing_batch
 from fm_assets.defs.maintenance import catalog_maintenance, catalog_maintenance_schedule
-from fm_assets.defs.provenance import revocation
+from fm_assets.defs.provenance import purge_job, revocation
 from fm_assets.defs.registry import (
     contamination_registry,
     contamination_registry_sensor,
@@ -43,7 +43,13 @@ def build_definitions() -> dg.Definitions:
             contamination_scan,
             revocation,
         ],
-        jobs=[*BATCH_JOBS.values(), rescan_versions, decide_quarantined_batch, catalog_maintenance],
+        jobs=[
+            *BATCH_JOBS.values(),
+            rescan_versions,
+            decide_quarantined_batch,
+            catalog_maintenance,
+            purge_job,
+        ],
         schedules=[catalog_maintenance_schedule],
         sensors=[
             build_landing_sensor(BATCH_JOBS),

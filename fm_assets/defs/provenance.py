@@ -1,4 +1,7 @@
-"""The provenance layer: revocations, one partition per revocation id."""
+"""The provenance layer: revocations, one partition per revocation id, and the job that purges
+a revocation's documents."""
+
+import json
 
 import dagster as dg
 
@@ -8,8 +11,10 @@ from fm_assets.defs.partitions import (
     revocations,
     shard_configs,
 )
+from fm_assets.defs.progress import PROGRESS
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.defs.versions import DATASET_VERSION
+from fm_assets.shards.purge import PurgeReport, purge
 from fm_assets.shards.revoke import cut_replacements
 from fm_assets.storage.revocations import require_revocation
 
@@ -52,3 +57,51 @@ def revocation(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.Material
         },
         data_version=dg.DataVersion(record.revocation_id),
     )
+
+
+PURGE_OP = "purge_revocation"
+
+
+class PurgeConfig(dg.Config):
+    """The revocation whose documents to purge (its replacements cut by `fm revoke`)."""
+
+    revocation_id: str
+
+
+@dg.op(
+    name=PURGE_OP,
+    description="Physically remove a revocation's documents from every artifact: table "
+    "snapshots old versions pin, quarantine, the dedup indexes, shard and text sets, landed "
+    "files (docs/provenance.md); who, when, what and how many bytes in the output metadata.",
+)
+def purge_revocation(
+    context: dg.OpExecutionContext,
+    config: PurgeConfig,
+    fm: FmPlatform,  # type: ignore[type-arg]  # dagster rejects a subscripted annotation
+) -> dg.Output[PurgeReport]:
+    def progress(message: str) -> None:
+        context.log.info(message)
+        PROGRESS.info(message)  # what `fm purge` prints
+
+    report = purge(fm.settings(), config.revocation_id, progress)
+    totals = report.totals()
+    return dg.Output(
+        report,
+        metadata={
+            **{name: dg.MetadataValue.int(value) for name, value in totals.items()},
+            "revocation_id": config.revocation_id,
+            "purged_by": report.purged_by,
+            "started_at": report.started_at.isoformat(timespec="seconds"),
+            "remaining": dg.MetadataValue.md("\n".join(f"- {r}" for r in report.remaining)),
+            "details": dg.MetadataValue.json(json.loads(json.dumps(report.details(), default=str))),
+        },
+    )
+
+
+@dg.job(
+    name="purge",
+    executor_def=dg.in_process_executor,
+    description="Purge a revoked document set from every artifact (`fm purge REVOCATION_ID`).",
+)
+def purge_job() -> None:
+    purge_revocation()
