@@ -1,6 +1,7 @@
 """Find byte strings anywhere in a tree of files, looking inside the containers the platform
 writes: every file's raw bytes, and decoded, gzip (every member), zstd, Parquet (every value
-of every column of every row group, nested ones too; the footer's statistics are raw bytes),
+of every column of every row group, nested ones too, integers as little-endian bytes; the
+footer's statistics are raw bytes),
 Avro object containers (Iceberg manifests and manifest lists: every block decompressed) and tar
 members (each scanned like a file). MDS shards are uncompressed (their raw bytes are the
 samples); a `.zstd` shard is decompressed like any zstd file.
@@ -90,8 +91,8 @@ def _gunzip(data: bytes) -> bytes:
 
 
 def _parquet_values(data: bytes) -> Iterator[bytes]:
-    """The value bytes of every column of every row group (the data buffers of string and
-    binary arrays; nested arrays by their children)."""
+    """The value bytes of every column of every row group (the data buffers of string, binary
+    and integer arrays; nested arrays by their children)."""
     parquet = pq.ParquetFile(io.BytesIO(data))
     for group in range(parquet.num_row_groups):
         table = parquet.read_row_group(group)
@@ -124,6 +125,11 @@ def _array_bytes(array: pa.Array) -> Iterator[bytes]:
         buffers = array.buffers()
         if buffers[-1] is not None:
             yield buffers[-1].to_pybytes()
+    elif pa.types.is_integer(kind):
+        # Token ids: the values buffer, little-endian as Arrow holds it.
+        values = array.buffers()[1]
+        if values is not None:
+            yield values.to_pybytes()
 
 
 def _read_long(data: bytes, at: int) -> tuple[int, int]:

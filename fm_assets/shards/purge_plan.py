@@ -96,7 +96,8 @@ def find_scopes(settings: Settings, revocation: RevocationRecord) -> dict[str, P
         scope.documents |= {doc_id for _, doc_id in scope.pairs}
         if scope.batches:
             where = catalog.where_in("batch_id", sorted(scope.batches))
-            for name in FINAL_TABLES:
+            present = {r.name for r in existing_tables(settings, namespace)}
+            for name in sorted(present.intersection(FINAL_TABLES)):
                 rows = rows_matching(settings, _ref(settings, name, namespace), where, ["doc_id"])
                 scope.documents |= set(rows["doc_id"].to_pylist())
     return scopes
@@ -110,8 +111,13 @@ def _records(settings: Settings, scope: PurgeScope) -> tuple[pa.Table, pa.Table]
     schema = pa.schema([records.PURGED_DOCUMENTS.field(c) for c in RECORD_COLUMNS])
     raw_stage = catalog.where_all(where, catalog.where_in("stage", list(RAW_TABLES)))
     sources = [(name, where) for name in RAW_TABLES] + [("quarantine", raw_stage)]
-    parts = []
+    # A namespace holds the tables of its own pipeline only (text or image-text), and no
+    # quarantine until a stage quarantined something.
+    present = {r.name for r in existing_tables(settings, scope.namespace)}
+    parts = [pa.Table.from_pylist([], schema=schema)]
     for name, condition in sources:
+        if name not in present:
+            continue
         ref = _ref(settings, name, scope.namespace)
         rows = rows_matching(settings, ref, condition, RECORD_COLUMNS)
         parts.append(rows.select(RECORD_COLUMNS).cast(schema))
