@@ -5,6 +5,12 @@ import json
 
 import dagster as dg
 
+from fm_assets.cards.build import (
+    build_card,
+    copy_version_card,
+    version_card_prefix,
+    write_card_to_store,
+)
 from fm_assets.defs.partitions import (
     add_partition_keys,
     dataset_versions,
@@ -14,9 +20,12 @@ from fm_assets.defs.partitions import (
 from fm_assets.defs.progress import PROGRESS
 from fm_assets.defs.resources import FmPlatform
 from fm_assets.defs.versions import DATASET_VERSION
+from fm_assets.settings import Settings
 from fm_assets.shards.purge import PurgeReport, purge
-from fm_assets.shards.revoke import cut_replacements
+from fm_assets.shards.revoke import cut_replacements, latest_shard_sets
+from fm_assets.storage.objectstore import open_object_store
 from fm_assets.storage.revocations import require_revocation
+from fm_assets.versions.dataset_version import DatasetVersion
 
 REVOCATION = dg.AssetKey("revocation")
 
@@ -62,6 +71,20 @@ def revocation(context: dg.AssetExecutionContext, fm: FmPlatform) -> dg.Material
 PURGE_OP = "purge_revocation"
 
 
+def rewrite_card(settings: Settings, version: DatasetVersion) -> None:
+    """A version's dataset card written again after a purge (it counts what the version holds),
+    and its copies beside the version's shard sets (an image-text card shows images)."""
+    store = open_object_store(settings)
+    write_card_to_store(
+        build_card(settings, version), store, version_card_prefix(version.version_key)
+    )
+    for row in latest_shard_sets(settings, version.version_key):
+        prefix = f"{store.key_of(str(row['uri']))}/card"
+        if store.exists(prefix):
+            store.delete_dir(prefix)
+            copy_version_card(settings, store, version, prefix)
+
+
 class PurgeConfig(dg.Config):
     """The revocation whose documents to purge (its replacements cut by `fm revoke`)."""
 
@@ -83,7 +106,7 @@ def purge_revocation(
         context.log.info(message)
         PROGRESS.info(message)  # what `fm purge` prints
 
-    report = purge(fm.settings(), config.revocation_id, progress)
+    report = purge(fm.settings(), config.revocation_id, rewrite_card, progress)
     totals = report.totals()
     return dg.Output(
         report,

@@ -32,12 +32,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from fm_assets.cards.build import (
-    build_card,
-    copy_version_card,
-    version_card_prefix,
-    write_card_to_store,
-)
 from fm_assets.execution.pipelines import pipeline_of_batch
 from fm_assets.settings import Settings
 from fm_assets.shards.build import read_shard_set_row
@@ -51,17 +45,19 @@ from fm_assets.storage import catalog
 from fm_assets.storage.locks import exclusive, index_lock, stage_lock
 from fm_assets.storage.maintenance.run import INDEX_WRITERS, MAINTENANCE_LOCK
 from fm_assets.storage.maintenance.tables import TableRef, existing_tables, load
-from fm_assets.storage.objectstore import open_object_store
 from fm_assets.storage.partitioning import partition_columns
 from fm_assets.storage.purge import records
 from fm_assets.storage.purge.landing_files import REMAIN, FileOutcome
 from fm_assets.storage.purge.scope import PurgeScope
 from fm_assets.storage.purge.snapshots import TablePurge, purge_table
 from fm_assets.storage.revocations import RevocationRecord, current_user, require_revocation
-from fm_assets.versions.dataset_version import require_version
+from fm_assets.versions.dataset_version import DatasetVersion, require_version
 from fm_assets.versions.revocation import all_versions, recorded_outcomes, revoked_in
 
 Progress = Callable[[str], None]
+# Writes a version's dataset card again, and its copies beside the version's shard sets (cards
+# sit beside shards in the layers: the caller above both passes it).
+CardWriter = Callable[[Settings, DatasetVersion], None]
 LOCKS_AT_ONCE = 64  # stage locks held together (each a file lock, or a Postgres connection)
 
 
@@ -123,9 +119,13 @@ def require_applied(settings: Settings, revocation: RevocationRecord) -> None:
 
 
 def purge(
-    settings: Settings, revocation_id: str, progress: Progress = lambda message: None
+    settings: Settings,
+    revocation_id: str,
+    write_card: CardWriter,
+    progress: Progress = lambda message: None,
 ) -> PurgeReport:
-    """Remove what revocation `revocation_id` names from every artifact (see the module)."""
+    """Remove what revocation `revocation_id` names from every artifact (see the module);
+    `write_card` writes a version's dataset card again."""
     revocation = require_revocation(settings, revocation_id)
     require_applied(settings, revocation)
     report = PurgeReport(revocation, current_user(), dt.datetime.now(dt.UTC))
@@ -145,7 +145,7 @@ def purge(
         for namespace, rows in sorted(plan.records.items()):
             report.landed += excise_landing(settings, revocation_id, rows, progress)
             _record_landing(settings, namespace, rows, report.landed)
-        _cards(settings, plan, report, progress)
+        _cards(settings, plan, report, write_card, progress)
     report.remaining = _remaining(report)
     report.finished_at = dt.datetime.now(dt.UTC)
     totals = report.totals()
@@ -286,22 +286,16 @@ def _record_landing(
     records.record_plan(settings, namespace, filled)
 
 
-def _cards(settings: Settings, plan: Plan, report: PurgeReport, progress: Progress) -> None:
-    """The cards of versions over the purged batches, written again (and their copies beside
-    the versions' shard sets)."""
+def _cards(
+    settings: Settings, plan: Plan, report: PurgeReport, write_card: CardWriter, progress: Progress
+) -> None:
+    """The cards of versions over the purged batches, written again."""
     touched = set().union(*(s.touched_batches() for s in plan.scopes.values()))
-    store = open_object_store(settings)
     for version in all_versions(settings):
         if not touched & set(version.batches):
             continue
         progress(f"{version.version_key}: writing its dataset card again")
-        card = build_card(settings, version)
-        write_card_to_store(card, store, version_card_prefix(version.version_key))
-        for row in latest_shard_sets(settings, version.version_key):
-            prefix = f"{store.key_of(str(row['uri']))}/card"
-            if store.exists(prefix):
-                store.delete_dir(prefix)
-                copy_version_card(settings, store, version, prefix)
+        write_card(settings, version)
         report.cards.append(version.version_key)
 
 
