@@ -218,10 +218,15 @@ def purged(home: Home) -> Purged:
     (revocation_id,) = [
         line.split()[1] for line in killed.splitlines() if line.startswith("revocation ")
     ]
-    output = _cli("purge", revocation_id)
-    # The node's next open of the set (what make_dataset and pre-warm call).
+    # Killed midway: the sets are rewritten, three tables too, the landed files untouched.
+    assert len(calls) == 4
     row = read_shard_set_row(s, home.shard_set_key)
     assert row is not None and str(row["manifest_sha256"]) != home.old_manifest
+    store = open_object_store(s)
+    copy = next(f for f in read_landing_manifest(store, home.second).files if f.name == "copy.txt")
+    assert store.exists(copy.key)
+    output = _cli("purge", revocation_id)
+    # The node's next open of the set (what make_dataset and pre-warm call).
     open_cached(
         str(home.shard_dir), str(row["manifest_sha256"]), cache_dir=home.cache, s3_endpoint=None
     ).pin.close()
