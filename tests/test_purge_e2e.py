@@ -346,6 +346,10 @@ def test_the_audit_says_who_when_what_and_how_many_bytes(purged: Purged) -> None
     assert audit["documents"] == 2  # the first batch's document and the second's copy
     assert audit["bytes_removed"] > 0 and audit["rows_removed"] > 0
     assert "document ids" in str(audit["remaining"])
+    # Finishing the killed run: said, and the counts are this run's (the rows left after the
+    # tables the killed run rewrote).
+    assert json.loads(str(audit["details"]))["resumed"] is True
+    assert "finished one that was killed" in str(audit["remaining"])
     assert f"purged {purged.revocation_id}: 2 documents" in purged.output
 
 

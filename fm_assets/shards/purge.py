@@ -70,6 +70,7 @@ class PurgeReport:
     started_at: dt.datetime
     finished_at: dt.datetime | None = None
     documents: int = 0
+    resumed: bool = False  # finishing a killed run: the counts are what this run removed
     tables: list[TablePurge] = field(default_factory=list)
     sets: list[SetPurge] = field(default_factory=list)
     landed: list[tuple[str, FileOutcome]] = field(default_factory=list)
@@ -98,6 +99,7 @@ class PurgeReport:
             "landed": [{"batch_id": b, **dataclasses.asdict(f)} for b, f in self.landed],
             "versions": self.versions,
             "cards": self.cards,
+            "resumed": self.resumed,
         }
 
 
@@ -132,7 +134,7 @@ def purge(
     grace = dt.timedelta(hours=settings.maintenance_grace_hours)
     with exclusive(settings, MAINTENANCE_LOCK, progress):
         plan = plan_purge(settings, revocation, progress)
-        report.documents = plan.documents
+        report.documents, report.resumed = plan.documents, plan.resumed
         report.versions = sorted(
             str(r["version_key"])
             for r in catalog.read_table(
@@ -307,6 +309,11 @@ def _remaining(report: PurgeReport) -> list[str]:
         if f.outcome == REMAIN
     ]
     left += [f"{t.identifier}: {note}" for t in report.tables for note in t.notes]
+    if report.resumed:
+        left.append(
+            "this run finished one that was killed: its counts leave out what the killed run "
+            "removed before"
+        )
     left.append(
         "document ids (sha256 of the bytes, no content) in version_exclusions and "
         "purged_documents: the record of what was revoked and purged"

@@ -46,6 +46,7 @@ class Plan:
     # (batch, source file) -> records the file holds, purged or not
     file_records: dict[tuple[str, str], int] = field(default_factory=dict)
     versions: list[dict[str, object]] = field(default_factory=list)  # version_purges rows
+    resumed: bool = False  # an earlier run recorded this plan (and was killed after it)
 
     @property
     def documents(self) -> int:
@@ -164,6 +165,7 @@ def plan_purge(settings: Settings, revocation: RevocationRecord, progress: Progr
             f"{namespace}: {len(scope.batches)} whole batches, {len(scope.pairs)} documents of "
             f"other batches, {plan.records[namespace].num_rows} landed records"
         )
+    plan.resumed = not first_run
     if first_run:
         plan.versions = _version_losses(settings, plan)
     for namespace, rows in plan.records.items():
