@@ -1,6 +1,7 @@
 """The node's hot cache on a real S3 server (SeaweedFS on loopback): pre-warm, then serve with
 the shards gone from the store; quota, LRU eviction and pins; several processes at once; a
-download cut short resumes; the `fm cache` commands."""
+download cut short resumes; a copy of a set a purge replaced is deleted at its next pre-warm or
+open; the `fm cache` commands."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from fm_assets.settings import Settings, load_settings
 from fm_loader import make_dataset, make_loader, prewarm
 from fm_loader.storage import retry
 from fm_loader.storage.cache_dir import CacheFull, cache_status, pin, set_quota, unpin
+from fm_loader.storage.cache_purge import PURGED_NAME, PurgedManifest, with_purged
 from tests.paths import REPO
 from tests.services.flaky_proxy import FlakyProxy, flaky_proxy
 from tests.services.s3 import S3Server
@@ -295,6 +297,46 @@ def fm(store: Store, *args: str) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     return result
+
+
+def test_a_prewarm_or_open_deletes_the_copy_of_what_a_purge_replaced(
+    store: Store, tmp_path: Path
+) -> None:
+    """A purge rewrites a published set without the revoked documents and names the manifest it
+    replaced in the set's fm_purged.json (`fm_assets.shards.purge_sets`); a node's cached copy
+    of the old manifest goes at the set's next pre-warm, or at the next open once no one reads
+    it, and the old manifest is refused."""
+    docs = synthetic_docs(200, seed=11)
+    built = build(tmp_path / "before", docs, 64, version="synth11@v1", size_limit_bytes=4 << 10)
+    uri = store.upload(built, "purged")
+    cache = tmp_path / "cache"
+    old = manifest_sha256(built)
+    (report,) = prewarm(uri, cache_dir=cache, settings=store.settings)
+    assert report.entry == cache / old
+    held = make_dataset(uri, cache_dir=cache, settings=store.settings)  # a trainer reading it
+
+    revoked = sorted(docs)[0]
+    kept = {d: t for d, t in docs.items() if d != revoked}
+    after = build(tmp_path / "after", kept, 64, version="synth11@v1", size_limit_bytes=4 << 10)
+    prefix = uri.removeprefix("s3://")
+    fs = store.s3.filesystem()
+    for path in sorted(after.directory.iterdir()):
+        with fs.open_output_stream(f"{prefix}/{path.name}", compression=None) as out:
+            out.write(path.read_bytes())
+    record = with_purged(None, PurgedManifest(old, "rev-11", "2026-01-02T03:04:05+00:00"))
+    with fs.open_output_stream(f"{prefix}/{PURGED_NAME}", compression=None) as out:
+        out.write(record.to_json().encode())
+    new = manifest_sha256(after)
+
+    # Open by the trainer: the entry stays until it is closed.
+    (report,) = prewarm(uri, cache_dir=cache, settings=store.settings)
+    assert report.entry == cache / new and (cache / old).is_dir()
+    held.close()
+    again = make_dataset(uri, cache_dir=cache, settings=store.settings)
+    assert not (cache / old).exists() and (cache / new).is_dir()
+    assert len(again) == after.num_samples
+    again.close()
+    assert [s.shard_set_key for s in cache_status(cache)] == [after.manifest.shard_set_key]
 
 
 def test_the_fm_cache_commands(store: Store, tmp_path: Path) -> None:

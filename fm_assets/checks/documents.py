@@ -6,7 +6,13 @@ and fingerprints, so a check costs the driver as little as the stage did.
 
 from __future__ import annotations
 
-from fm_assets.checks.facts import Facts, Wanted, expected_numbering_sum, table_facts
+from fm_assets.checks.facts import (
+    Facts,
+    Wanted,
+    expected_numbering_sum,
+    index_mix,
+    table_facts,
+)
 from fm_assets.checks.outcome import CheckOutcome
 from fm_assets.execution import pipelines
 from fm_assets.registries.tokenizers import find_tokenizer
@@ -16,6 +22,7 @@ from fm_assets.storage.bookkeeping import latest_stage_run
 from fm_assets.storage.landing import TEXT_MODALITY, read_manifest
 from fm_assets.storage.maintenance.history import readable_snapshot
 from fm_assets.storage.objectstore import open_object_store
+from fm_assets.storage.purge.records import purged_records
 
 
 def _batch_facts(settings: Settings, table: str, batch_id: str, wanted: Wanted) -> Facts:
@@ -79,6 +86,14 @@ def _raw_accounting(settings: Settings, batch_id: str, kept: Facts, bad: Facts) 
     both.merge(kept)
     both.merge(bad)
     numbering = dict(both.numbering)
+    # Records a purge removed (`purged_documents`) are accounted for as purged.
+    namespace = catalog.batch_namespace(settings, batch_id)
+    purged = purged_records(settings, namespace, batch_id)
+    for record_id in purged:
+        prefix, _, index = record_id.partition(":")
+        count, top, total = numbering.get(prefix, (0, -1, 0))
+        mixed = (total + index_mix(int(index))) & ((1 << 64) - 1)
+        numbering[prefix] = (count + 1, max(top, int(index)), mixed)
     problems = []
     for landed in manifest.files:
         count, top, total = numbering.pop(landed.sha256[:16], (0, -1, 0))
@@ -87,8 +102,9 @@ def _raw_accounting(settings: Settings, batch_id: str, kept: Facts, bad: Facts) 
         elif top + 1 != count or total != expected_numbering_sum(count):
             problems.append(f"{landed.name}: record numbers have gaps or repeats")
     problems += [f"records of unknown file {prefix}" for prefix in numbering]
+    gone = f" + {len(purged)} purged" if purged else ""
     description = (
-        f"{len(manifest.files)} files -> {kept.rows} kept + {bad.rows} quarantined"
+        f"{len(manifest.files)} files -> {kept.rows} kept + {bad.rows} quarantined{gone}"
         if not problems
         else "; ".join(problems[:5])
     )

@@ -2,7 +2,8 @@
 
 - landed files: sha256 and size against the landing manifest, whose file hashes must still give
   the batch id (the id is a hash of them) and whose own sha256 must be the one pinned when the
-  raw stage first read the batch;
+  raw stage first read the batch; a file a purge deleted or blanked records in, against what the
+  purge recorded (`storage.purge.landing_files`);
 - Iceberg: the manifest list and manifests of the version's snapshot against the sha256 pinned
   when the platform committed them (Avro has no checksum of its own); each data file must have
   the size its manifest records and the sha256 pinned when it was committed (Parquet's page
@@ -32,6 +33,7 @@ from fm_assets.storage.bookkeeping import file_checksums
 from fm_assets.storage.data_files import file_sha256, plan_files
 from fm_assets.storage.landing import batch_id_for, manifest_checksum, read_manifest
 from fm_assets.storage.objectstore import open_object_store
+from fm_assets.storage.purge.landing_files import landed_state
 from fm_assets.versions.dataset_version import parse_version_key, require_version
 from fm_loader.format.manifest import INDEX_NAME, MANIFEST_NAME, parse_manifest
 from fm_loader.storage.remote import filesystem_for
@@ -103,19 +105,25 @@ def _landed_files(settings: Settings, batches: list[str], result: Verification) 
             continue
         if batch_id_for(f.sha256 for f in manifest.files) != batch_id:
             result.flag(manifest_uri, "its file hashes no longer give its batch id: modified")
+        # A purge deletes landed files or blanks records in them, and records what it left.
+        purged = landed_state(store, batch_id)
         for landed in manifest.files:
             uri = store.uri(landed.key)
+            expected = purged.get(landed.key, (landed.sha256, landed.size))
+            if expected is None:
+                result.checked["landed files deleted by a purge"] += 1
+                continue
             result.checked["landed files"] += 1
             try:
                 sha, size = file_sha256(store.fs, store.path(landed.key))
             except FileNotFoundError:
                 result.flag(uri, "missing")
                 continue
-            if (sha, size) != (landed.sha256, landed.size):
+            if (sha, size) != expected:
+                said = "a purge left" if landed.key in purged else "the manifest says"
                 result.flag(
                     uri,
-                    f"sha256 {sha} ({size} bytes), the manifest says {landed.sha256} "
-                    f"({landed.size} bytes)",
+                    f"sha256 {sha} ({size} bytes), {said} {expected[0]} ({expected[1]} bytes)",
                 )
 
 

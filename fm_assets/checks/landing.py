@@ -9,6 +9,7 @@ from fm_assets.checks.outcome import CheckOutcome
 from fm_assets.settings import Settings
 from fm_assets.storage.landing import read_manifest
 from fm_assets.storage.objectstore import ObjectStore, open_object_store
+from fm_assets.storage.purge.landing_files import landed_state
 from fm_loader.storage.retry import with_retries
 
 
@@ -26,8 +27,13 @@ def _digest(store: ObjectStore, key: str) -> tuple[str, int]:
 def files_match_manifest(settings: Settings, batch_id: str) -> CheckOutcome:
     store = open_object_store(settings)
     manifest = read_manifest(store, batch_id)
+    # A purge deletes landed files or blanks records in them, and records what it left.
+    purged = landed_state(store, batch_id)
     problems = []
     for landed in manifest.files:
+        expected = purged.get(landed.key, (landed.sha256, landed.size))
+        if expected is None:
+            continue
         if not store.exists(landed.key):
             problems.append(f"{landed.name}: missing")
             continue
@@ -36,8 +42,9 @@ def files_match_manifest(settings: Settings, batch_id: str) -> CheckOutcome:
             what=f"reading {store.uri(landed.key)}",
             must_exist=True,  # the manifest lists it, and it was just found
         )
-        if size != landed.size or sha256 != landed.sha256:
-            problems.append(f"{landed.name}: content differs from the manifest")
+        if (sha256, size) != expected:
+            said = "what a purge left" if landed.key in purged else "the manifest"
+            problems.append(f"{landed.name}: content differs from {said}")
     return CheckOutcome(
         "files_match_manifest",
         not problems,

@@ -32,6 +32,7 @@ from fm_assets.commands.lineage import lineage, revoke
 from fm_assets.commands.maintain import maintain
 from fm_assets.commands.metrics import metrics
 from fm_assets.commands.probe import loader
+from fm_assets.commands.purge import purge
 from fm_assets.commands.ray import gc, ray_group
 from fm_assets.settings import Settings, load_settings
 
@@ -378,6 +379,7 @@ main.add_command(text)
 main.add_command(backup)
 main.add_command(metrics)
 main.add_command(maintain)
+main.add_command(purge)
 main.add_command(gc)
 main.add_command(ray_group)
 main.add_command(cost)

@@ -84,6 +84,12 @@ def lineage_revocations() -> None:
     help="A generator model id: everything it produced (any revision, prompt or seed).",
 )
 @click.option("--reason", required=True, help="Why: kept with the revocation for audits.")
+@click.option(
+    "--purge",
+    "purge_too",
+    is_flag=True,
+    help="Then remove the documents' bytes from every artifact (`fm purge`).",
+)
 def revoke(
     doc_id: str | None,
     raw_sha256: str | None,
@@ -92,11 +98,13 @@ def revoke(
     batch_id: str | None,
     generator_model: str | None,
     reason: str,
+    purge_too: bool,
 ) -> None:
     """Revoke documents: replace every version and shard set holding them, mark the old ones.
 
     The revocation is a partition of the `revocation` asset; each replacement version and shard
-    set is materialized through Dagster, with its blocking checks.
+    set is materialized through Dagster, with its blocking checks. With --purge the documents
+    are then removed from every artifact, old versions' snapshots included (`fm purge`).
     """
     from fm_assets.commands.operations import revoke as run_revocation
 
@@ -132,3 +140,7 @@ def revoke(
         click.echo(f"run {run.run_id} read revoked shard set {run.shard_set_key}")
     if not report.versions:
         _echo("no dataset version holds what this revocation names; future versions leave it out")
+    if purge_too:
+        from fm_assets.commands.purge import run_purge
+
+        run_purge(load_settings(), report.revocation.revocation_id)

@@ -14,7 +14,7 @@ from fm_assets.defs.curated import build_curated_assets
 from fm_assets.defs.jobs import BATCH_JOBS
 from fm_assets.defs.landing import build_landing_sensor, landing_batch
 from fm_assets.defs.maintenance import catalog_maintenance, catalog_maintenance_schedule
-from fm_assets.defs.provenance import revocation
+from fm_assets.defs.provenance import purge_job, revocation
 from fm_assets.defs.registry import (
     contamination_registry,
     contamination_registry_sensor,
@@ -51,6 +51,7 @@ def build_definitions() -> dg.Definitions:
             decide_quarantined_batch,
             catalog_maintenance,
             cost_report_job,
+            purge_job,
         ],
         schedules=[catalog_maintenance_schedule, cost_report_schedule],
         sensors=[

@@ -13,7 +13,8 @@ hidden temporary name and renamed into place only after its sha256 and size matc
 no partial file is ever visible, and a download cut short keeps the shards it finished: the next one
 fetches only what is missing. The entry's name is the hash of the manifest the catalog pinned, and a
 rebuilt set has a new manifest, so a stale copy is never served. Shards are read in place and
-re-verified when a process first maps them, as local sets are.
+re-verified when a process first maps them, as local sets are. A copy of a set a purge rewrote
+is deleted at the set's next open (`fm_loader.storage.cache_purge`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from fm_loader.storage.cache_dir import (
     locked,
     make_room,
 )
+from fm_loader.storage.cache_purge import refuse_purged
 from fm_loader.storage.cache_usage import record_stored
 from fm_loader.storage.fetch import CacheUse, RemoteShards, file_sha256
 from fm_loader.storage.retry import StorageUnavailable
@@ -98,9 +100,12 @@ def open_cached(
     making room under the cache's quota. `verify_all` (pre-warm): re-hash the shards already
     there too, fetching any that fail. Raises ValueError, saying what to do, when the published
     set does not match the pinned manifest or a shard its checksum, and CacheFull when the quota
-    cannot make room.
+    cannot make room. First, the cache's copies of what a purge replaced of this set are
+    deleted (`fm_loader.storage.cache_purge`), and a purged manifest is refused.
     """
     root = cache_dir if cache_dir is not None else default_cache_dir()
+    if root.is_dir():
+        refuse_purged(uri, manifest_sha256, root, s3_endpoint)
     entry = root / manifest_sha256
     remote = RemoteShards(uri, entry, s3_endpoint, set_format.manifest_name)
     use = CacheUse()

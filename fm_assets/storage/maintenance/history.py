@@ -336,3 +336,23 @@ def readable_snapshot(
         if live is not None:
             return child
         step = archived[child]
+
+
+def subtract_records(
+    settings: Settings, metadata: TableMetadata, oldest: Snapshot, rows: int
+) -> None:
+    """The expired snapshot `oldest` (the table's oldest live snapshot) descends from held `rows`
+    fewer rows than recorded: a purge removed them (`storage.purge`). Its recorded total drops by
+    them, so the table's history still adds up (`history_complete`)."""
+    if not rows or EXPIRED_PROPERTY not in metadata.properties:
+        return
+    parent = _expired_parent(settings, metadata, oldest)
+    if parent is None or parent.total_records is None:
+        return
+    c = EXPIRED_SNAPSHOTS.c
+    with _engine(settings).begin() as connection:
+        connection.execute(
+            sa.update(EXPIRED_SNAPSHOTS)
+            .where(c.table_uuid == str(metadata.table_uuid), c.snapshot_id == parent.snapshot_id)
+            .values(total_records=c.total_records - rows)
+        )
