@@ -6,8 +6,8 @@ batches' `neardup_index` rows of its bands, those sharing a band hash or a docum
 batch. Two ways, side by side on the same index and batch, each in a fresh process:
 
 - **A. every row of the bands**: read the files holding the bands, band-filtered (the task's
-  lookup before `execution/near_dedup_lookup.py`), then `candidates_among` over them;
-- **B. the rows that matter** (`near_dedup_lookup.other_batches_rows`): the same files read a
+  lookup before `execution/near_dedup/lookup.py`), then `candidates_among` over them;
+- **B. the rows that matter** (`near_dedup.lookup.other_batches_rows`): the same files read a
   million rows at a time, each read filtered with Arrow to the batch's band hashes and
   document ids, then `candidates_among`.
 
@@ -128,8 +128,8 @@ def build_index(home: Path, documents: int) -> None:
 def look_up(way: str) -> Lookup:
     """One way's lookup and candidates, in this process: its figures."""
     from fm_assets.execution import pipeline  # noqa: F401  (declares the stage tables)
-    from fm_assets.execution.near_dedup_lookup import INDEX_LOOKUP, other_batches_rows
-    from fm_assets.execution.near_dedup_tasks import BAND_ROWS, candidates_among
+    from fm_assets.execution.near_dedup.lookup import INDEX_LOOKUP, other_batches_rows
+    from fm_assets.execution.near_dedup.tasks import BAND_ROWS, candidates_among
     from fm_assets.settings import load_settings
     from fm_assets.storage import catalog, data_files
 

@@ -25,8 +25,10 @@ from fm_assets.curation.minhash.index import (
     SHINGLE_SETS_PROPERTY,
     NearDupIndex,
 )
-from fm_assets.execution import near_dedup_compaction, near_dedup_small, pipeline
-from fm_assets.execution.near_dedup_migration import LEGACY_SCHEMA, LEGACY_TABLE
+from fm_assets.execution import pipeline
+from fm_assets.execution.near_dedup import compaction as near_dedup_compaction
+from fm_assets.execution.near_dedup import one_task as near_dedup_small
+from fm_assets.execution.near_dedup.migration import LEGACY_SCHEMA, LEGACY_TABLE
 from fm_assets.execution.runner import run_stage
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog, data_files
@@ -87,7 +89,7 @@ class Home:
 
 
 # How many index files holding band rows one small batch's run writes: one from the one-task
-# path (`near_dedup_small`, its shingle sets in the same file), one per band group (a group per
+# path (`near_dedup.one_task`, its shingle sets in the same file), one per band group (a group per
 # CPU) when the work is spread (its shingle sets in files of their own, a bucket group's each).
 FILES_PER_BATCH = {"one_task": 1, "spread": 2}
 

@@ -10,9 +10,10 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from fm_assets.execution import near_dedup_lookup, pipeline  # noqa: F401  (declares the stage tables)
-from fm_assets.execution.near_dedup_lookup import other_batches_rows
-from fm_assets.execution.near_dedup_tasks import BAND_ROWS
+from fm_assets.execution import pipeline  # noqa: F401  (declares the stage tables)
+from fm_assets.execution.near_dedup import lookup as near_dedup_lookup
+from fm_assets.execution.near_dedup.lookup import other_batches_rows
+from fm_assets.execution.near_dedup.tasks import BAND_ROWS
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog, data_files
 

@@ -13,7 +13,7 @@ from pyiceberg.manifest import DataFile
 from fm_assets.execution.compute import Progress, planning_cpus, ray_gpus, remote, run_tasks
 from fm_assets.execution.exact_dedup import run_raw
 from fm_assets.execution.image_dedup import run_image_dedup
-from fm_assets.execution.near_dedup import run_near_dedup
+from fm_assets.execution.near_dedup.run import run_near_dedup
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, process_files
 from fm_assets.execution.table_ranges import range_slices
 from fm_assets.settings import Settings

@@ -27,7 +27,7 @@ from pyiceberg.table import FileScanTask
 from fm_assets.curation.minhash.index import SHINGLE_SETS_IN_INDEX, SHINGLE_SETS_PROPERTY
 from fm_assets.curation.minhash.signatures import MinHashConfig
 from fm_assets.execution.compute import Progress, get, remote
-from fm_assets.execution.near_dedup_writes import as_shingle_set_rows
+from fm_assets.execution.near_dedup.writes import as_shingle_set_rows
 from fm_assets.execution.planning import files_by_rows
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog

@@ -1,6 +1,6 @@
 """The Ray tasks that write a near-dedup decision: the kept documents' band hashes and shingle
 sets into the namespace's index (`neardup_index`), one data file per task, sorted by band; and
-each slice's documents into the stage's tables. `execution.near_dedup` orchestrates them."""
+each slice's documents into the stage's tables. `execution.near_dedup.run` orchestrates them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from pyiceberg.table import FileScanTask
 
 from fm_assets.curation.minhash.signatures import MinHashConfig
-from fm_assets.execution.near_dedup_tasks import BAND_ROWS, SHINGLES
+from fm_assets.execution.near_dedup.tasks import BAND_ROWS, SHINGLES
 from fm_assets.execution.planning import tables_by_part
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, write_result
 from fm_assets.stages.neardup import NearDupStage

@@ -11,7 +11,7 @@ shingle bucket) at a time.
     write     per slice its documents; per band group its index rows; per bucket group its
               documents' shingle sets (index rows too, under negative bands)
 
-A batch of one small slice runs the same steps in one task instead (`near_dedup_small`).
+A batch of one small slice runs the same steps in one task instead (`one_task`).
 
 The driver holds file lists, counts and object references; rows move worker to worker.
 """
@@ -26,10 +26,10 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
 
 from fm_assets.execution.compute import Progress, get, remote, run_tasks
-from fm_assets.execution.near_dedup_compaction import compact
-from fm_assets.execution.near_dedup_migration import with_shingle_sets_in_index
-from fm_assets.execution.near_dedup_small import decided_in_one_task, run_in_one_task
-from fm_assets.execution.near_dedup_tasks import (
+from fm_assets.execution.near_dedup.compaction import compact
+from fm_assets.execution.near_dedup.migration import with_shingle_sets_in_index
+from fm_assets.execution.near_dedup.one_task import decided_in_one_task, run_in_one_task
+from fm_assets.execution.near_dedup.tasks import (
     SHINGLE_BUCKETS,
     band_candidates,
     confirm_pairs,
@@ -37,7 +37,7 @@ from fm_assets.execution.near_dedup_tasks import (
     resolve,
     sketch_slice,
 )
-from fm_assets.execution.near_dedup_writes import (
+from fm_assets.execution.near_dedup.writes import (
     BAND_HASHES,
     SHINGLE_SETS,
     write_index_rows,

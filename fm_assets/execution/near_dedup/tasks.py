@@ -1,4 +1,4 @@
-"""The Ray tasks of distributed near-deduplication; `execution.near_dedup` orchestrates them.
+"""The Ray tasks of distributed near-deduplication; `execution.near_dedup.run` orchestrates them.
 
 Positions: a document's place in the batch order is `slice << 32 | row`, so sorting positions
 sorts the batch as the slices read it. A document is *active* when it has shingles; only active
@@ -17,7 +17,7 @@ from pyiceberg.table import FileScanTask
 
 from fm_assets.curation.minhash.index import shingle_set_band
 from fm_assets.curation.minhash.signatures import MinHashConfig, jaccard, sketch
-from fm_assets.execution.near_dedup_lookup import other_batches_rows
+from fm_assets.execution.near_dedup.lookup import other_batches_rows
 from fm_assets.execution.planning import tables_by_part
 from fm_assets.storage import catalog
 from fm_assets.storage.data_files import TableHandle, read_files, value_range

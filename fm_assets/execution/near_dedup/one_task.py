@@ -1,4 +1,4 @@
-"""The near-duplicate stage on a small batch: the very steps of `execution.near_dedup` (sketch,
+"""The near-duplicate stage on a small batch: the very steps of `execution.near_dedup.run` (sketch,
 candidates, confirm, resolve, write), called one after another inside a single Ray task.
 
 Spread over the cluster, a batch goes through five dependent rounds of tasks (eight tasks on
@@ -21,10 +21,10 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
 
 from fm_assets.execution.compute import Progress, remote, run_tasks
-from fm_assets.execution.near_dedup_compaction import compacted
-from fm_assets.execution.near_dedup_lookup import other_batches_rows
-from fm_assets.execution.near_dedup_migration import with_shingle_sets_in_index
-from fm_assets.execution.near_dedup_tasks import (
+from fm_assets.execution.near_dedup.compaction import compacted
+from fm_assets.execution.near_dedup.lookup import other_batches_rows
+from fm_assets.execution.near_dedup.migration import with_shingle_sets_in_index
+from fm_assets.execution.near_dedup.tasks import (
     CONFIRMED,
     SHINGLE_BUCKETS,
     candidates_among,
@@ -32,7 +32,7 @@ from fm_assets.execution.near_dedup_tasks import (
     resolve,
     sketch_rows,
 )
-from fm_assets.execution.near_dedup_writes import band_rows, shingle_set_rows, write_rows
+from fm_assets.execution.near_dedup.writes import band_rows, shingle_set_rows, write_rows
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome
 from fm_assets.settings import Settings
 from fm_assets.stages.neardup import NearDupStage
