@@ -36,7 +36,9 @@ pytestmark = pytest.mark.slow
 NEAR_DEDUP = "near_deduplicated_documents"
 UPSTREAM = "quality_filtered_documents"
 CLOUGH = SHARED_DATA / "neardup" / "clough-stevenson"
-REASON = re.compile(r"near-duplicate of kept document (\S+) \(batch (\S+)\): shingle Jaccard (\S+) >= \S+")
+REASON = re.compile(
+    r"near-duplicate of kept document (\S+) \(batch (\S+)\): shingle Jaccard (\S+) >= \S+"
+)
 
 
 def _clough() -> list[tuple[str, str]]:
@@ -81,7 +83,9 @@ def _batch_rows(settings: Settings, batch_id: str) -> tuple[list[str], list[str]
     ids: list[str] = []
     texts: list[str] = []
     for task in sorted(files, key=lambda t: t.file.file_path):
-        table = pq.read_table(task.file.file_path.removeprefix("file://"), columns=["doc_id", "text"])
+        table = pq.read_table(
+            task.file.file_path.removeprefix("file://"), columns=["doc_id", "text"]
+        )
         ids += table.column("doc_id").to_pylist()
         texts += table.column("text").to_pylist()
     return ids, texts
@@ -137,7 +141,9 @@ def test_the_stage_decides_as_the_in_memory_reference(
 ) -> None:
     if path == "spread":
         monkeypatch.setattr(near_dedup_one_task, "ONE_TASK_ROWS", 0)
-    monkeypatch.setattr(compaction, "COMPACT_AT", 2)
+    # Runs merge two at a time (four in production), so every later batch reads merged runs.
+    monkeypatch.setattr(compaction, "MERGE_AT", 2)
+    monkeypatch.setattr(compaction, "CHECK_AT", 2)
     expected, merges = _run(tmp_path / "home", monkeypatch)
     duplicates = [v for v in expected.values() if v != "kept"]
     # The batches hold 20 edited copies (a few of the Clough-Stevenson answers, and so their

@@ -106,8 +106,9 @@ def home(
     monkeypatch.setenv("FM_POLICY_FILE", str(tmp_path / "policies.toml"))
     if request.param == "spread":
         monkeypatch.setattr(near_dedup_small, "ONE_TASK_ROWS", 0)
-    # Two batches' files are enough to merge, on either path.
-    monkeypatch.setattr(near_dedup_compaction, "COMPACT_AT", 2 * FILES_PER_BATCH[request.param])
+    # Two batches' runs are enough to merge, on either path.
+    monkeypatch.setattr(near_dedup_compaction, "MERGE_AT", 2)
+    monkeypatch.setattr(near_dedup_compaction, "CHECK_AT", 2)
     made = Home(load_settings(), tmp_path, long_articles(20), FILES_PER_BATCH[request.param])
     made.policy(min_words=40)
     yield made
@@ -209,7 +210,7 @@ def test_an_index_of_the_old_layout_is_read_then_merged(
         [(c, near_copy(old_texts[k], i)) for i, (c, k) in enumerate(copies.items())]
         + articles[10:12],
     )
-    monkeypatch.setattr(near_dedup_compaction, "COMPACT_AT", 100)  # read the old files as such
+    monkeypatch.setattr(near_dedup_compaction, "CHECK_AT", 100)  # read the old files as such
     home.through_near_dedup(batch)
 
     found = _quarantined(home, batch)
@@ -223,7 +224,7 @@ def test_an_index_of_the_old_layout_is_read_then_merged(
 
     # The next batch's run merges the old files with the new: the index lists the old batch's
     # rows and the new batches', in files of the unpartitioned layout, and finds copies of both.
-    monkeypatch.setattr(near_dedup_compaction, "COMPACT_AT", 3)  # the old 14 and the new
+    monkeypatch.setattr(near_dedup_compaction, "CHECK_AT", 3)  # the old 14 and the new
     new_ids = _doc_ids(home, "raw_documents", batch)
     again = home.land(
         "next",

@@ -1,76 +1,233 @@
-"""Other batches' near-dup index rows, as a task of the near-dup stage needs them: only the rows
-that can matter to the batch.
+"""Reading the near-dup index's rows that hold given keys, and nothing else of the index.
 
-Of the namespace's index, a task deciding some bands needs the rows that share a band hash with
-one of the batch's documents (a candidate pair) and the rows of a document id the batch holds (a
-document already indexed: kept as it is). The files holding the bands are read a million rows
-at a time (a bigger compacted file on its own) and every other row is dropped as it is read: a
-task holds its matches, not the index's rows of its bands, which for a namespace of a million
-documents are 14 million rows (~1.5 GB of Arrow) per batch, each of which went through the
-candidate loop in Python. `bench/results/neardup_lookup.md` measures both on a 500,000-document
-index (7 million rows) and a batch of 20.
+A batch needs, of its namespace's index, the band rows sharing a band hash with one of its
+documents (its candidates) and the shingle-set rows of some documents (already indexed ones,
+and the candidates to confirm). `key_rows` finds them the way the layout allows
+(`layout`): the files whose key bounds (from the manifest) hold a key; in each, the row groups
+whose statistics hold one; of those, the keys the group's Bloom filter may hold (32 bytes
+read a key); then only the row groups still holding a key are read, with the columns asked
+for, and filtered to the keys. What a batch reads follows its keys, its matches and the
+number of files a key may be in (`compaction` bounds it), not the index's size; each file's
+footer is read once per process while it stays in a bounded cache (files never change).
+`bench/results/neardup_lookup.md` measures it at 10^5, 10^6 and 10^7 index rows.
 """
 
 from __future__ import annotations
 
+import bisect
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.conversions import from_bytes
 from pyiceberg.table import FileScanTask
 
-from fm_assets.execution.planning import files_by_rows
+from fm_assets.execution.near_dedup import bloom
+from fm_assets.execution.near_dedup.layout import KEY, kind_of_name
 from fm_assets.storage import catalog
 from fm_assets.storage.data_files import TableHandle, read_files
 
-INDEX_LOOKUP = pa.schema(
-    [
-        pa.field("doc_id", pa.string()),
-        pa.field("band", pa.int32()),
-        pa.field("band_hash", pa.int64()),
-        pa.field("batch_id", pa.string()),
-    ]
-)
-# Index rows read together (then filtered): the bound on what a task holds of the index beyond
-# its matches (~110 bytes of Arrow a row). A small namespace's files are one read.
-READ_ROWS_AT_ONCE = 1_000_000
+# Parsed footers kept per process (warm workers keep theirs between batches), by file path.
+FOOTER_CACHE_BYTES = 64 << 20
+_footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+_footer_bytes = 0
+_footer_lock = threading.Lock()
 
 
-def other_batches_rows(
-    others: TableHandle,
-    other_files: Sequence[FileScanTask],
-    bands: Sequence[int],
-    batch_id: str,
-    band_tables: Sequence[pa.Table],
+@dataclass
+class ReadCounts:
+    """What lookups read: shown by the benchmark, and a check for tests."""
+
+    files: int = 0  # data files opened
+    footers: int = 0  # footers read (not found in the cache)
+    footer_bytes: int = 0
+    row_groups: int = 0  # row groups read
+    filter_blocks: int = 0  # Bloom filter blocks read
+
+    def add(self, other: ReadCounts) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+def key_rows(
+    index: TableHandle,
+    files: Sequence[FileScanTask],
+    kind: str,
+    keys: pa.Array,
+    columns: Sequence[str],
+    counts: ReadCounts | None = None,
 ) -> pa.Table:
-    """Other batches' index rows of `bands` in `other_files` (doc_id, band, band_hash,
-    batch_id) that share a band hash or a document id with `band_tables` (the batch's rows of
-    those bands: band_hash, pos, doc_id)."""
-    if not other_files or not bands:
-        return INDEX_LOOKUP.empty_table()
-    hashes = _distinct(band_tables, "band_hash", pa.int64())
-    doc_ids = _distinct(band_tables, "doc_id", pa.string())
-    if len(hashes) == 0:
-        return INDEX_LOOKUP.empty_table()  # no document of the batch has shingles
-    # Files hold several bands (and older ones every band); the batch's own rows (a rerun's)
-    # are never "another batch's", whatever files the scan could not prune.
-    row_filter = catalog.where_all(
-        catalog.where_in("band", list(bands)),
-        catalog.where_not_equal("batch_id", batch_id),
-    )
-    found = []
-    for files in files_by_rows(other_files, READ_ROWS_AT_ONCE):
-        rows = read_files(others, files, INDEX_LOOKUP.names, row_filter)
-        matters = pc.or_(
-            pc.is_in(rows.column("band_hash"), value_set=hashes),
-            pc.is_in(rows.column("doc_id"), value_set=doc_ids),
-        )
-        found.append(rows.filter(matters))
-    return pa.concat_tables(found)
+    """The rows of `files` (the index's) whose `KEY[kind]` is one of `keys`, with `columns`
+    (the key among them), typed as the index's schema. Files of the other kind are skipped;
+    a file of no known kind (an older platform's) is read by its statistics alone."""
+    counts = counts if counts is not None else ReadCounts()
+    column = KEY[kind]
+    wanted = pa.schema([index.schema.field(c) for c in columns])
+    found: list[pa.Table] = []
+    probe = _Probe.of(kind, keys)
+    if probe.size:
+        for task in files:
+            if kind_of_name(task.file.file_path) not in (kind, None):
+                continue
+            inside = probe.within(_bounds(index, task, column))
+            if not inside.size:
+                continue
+            if task.delete_files:  # rows the file's own groups do not say: read as Iceberg does
+                where = catalog.where_in(column, inside.values.to_pylist())
+                found.append(read_files(index, [task], columns, where))
+                continue
+            found.append(_file_rows(index, task, column, inside, columns, counts))
+    rows = [catalog.conform(t, wanted, fill_nullable=True) for t in found if t.num_rows]
+    return pa.concat_tables(rows) if rows else wanted.empty_table()
 
 
-def _distinct(tables: Sequence[pa.Table], column: str, kind: pa.DataType) -> pa.Array:
-    values = [t.column(column) for t in tables if t.num_rows]
-    if not values:
-        return pa.array([], kind)
-    return pc.unique(pa.chunked_array(values, kind))
+@dataclass(frozen=True)
+class _Probe:
+    """Sorted distinct keys and their Bloom hashes."""
+
+    values: pa.Array
+    hashes: np.ndarray[Any, np.dtype[np.uint64]]
+    numeric: bool
+
+    @classmethod
+    def of(cls, kind: str, keys: pa.Array) -> _Probe:
+        unique = pc.unique(keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys)
+        unique = unique.filter(pc.is_valid(unique)).take(pc.sort_indices(unique))
+        numeric = pa.types.is_integer(unique.type)
+        if numeric:
+            ints = unique.cast(pa.int64()).to_numpy()
+            return cls(pa.array(ints), bloom.hash_int64(ints), True)
+        strings = unique.cast(pa.string()).to_pylist()
+        return cls(pa.array(strings, pa.string()), bloom.hash_strings(strings), False)
+
+    @property
+    def size(self) -> int:
+        return len(self.values)
+
+    def within(self, bounds: tuple[Any, Any] | None) -> _Probe:
+        """The keys in [low, high] (all of them when the bounds are unknown)."""
+        if bounds is None:
+            return self
+        low, high = bounds
+        if self.numeric:
+            ints = self.values.to_numpy()
+            start = int(np.searchsorted(ints, low, side="left"))
+            end = int(np.searchsorted(ints, high, side="right"))
+        else:
+            strings = self.values.to_pylist()
+            start, end = bisect.bisect_left(strings, low), bisect.bisect_right(strings, high)
+        return _Probe(self.values[start:end], self.hashes[start:end], self.numeric)
+
+
+def _bounds(index: TableHandle, task: FileScanTask, column: str) -> tuple[Any, Any] | None:
+    """A data file's [lowest, highest] `column` value by its manifest entry, if it says."""
+    field = index.metadata.schema().find_field(column)
+    lower = (task.file.lower_bounds or {}).get(field.field_id)
+    upper = (task.file.upper_bounds or {}).get(field.field_id)
+    if lower is None or upper is None:
+        return None
+    # A string's bounds may be truncated: the lower to a prefix (still <= every value), the
+    # upper to an incremented prefix (still >= every value).
+    return from_bytes(field.field_type, lower), from_bytes(field.field_type, upper)  # type: ignore[arg-type]
+
+
+def _file_rows(
+    index: TableHandle,
+    task: FileScanTask,
+    column: str,
+    probe: _Probe,
+    columns: Sequence[str],
+    counts: ReadCounts,
+) -> pa.Table:
+    path = task.file.file_path
+    counts.files += 1
+    with index.io.new_input(path).open(seekable=True) as file:
+        metadata = _footer(path, task.file.file_size_in_bytes, file, counts)
+        position = _column_position(metadata, column)
+        groups: list[int] = []
+        present: list[pa.Array] = []
+        for group in range(metadata.num_row_groups):
+            chunk = metadata.row_group(group).column(position)
+            stats = chunk.statistics
+            here = (
+                probe.within((stats.min, stats.max))
+                if stats is not None and stats.has_min_max
+                else probe
+            )
+            if here.size:
+                here = _filtered(file, chunk, here, counts)
+            if here.size:
+                groups.append(group)
+                present.append(here.values)
+        if not groups:
+            return pa.table({})
+        names = set(metadata.schema.to_arrow_schema().names)
+        reader = pq.ParquetFile(file, metadata=metadata)
+        rows = reader.read_row_groups(groups, columns=[c for c in columns if c in names])
+        counts.row_groups += len(groups)
+    keys = pa.concat_arrays(present).cast(rows.schema.field(column).type)
+    return rows.filter(pc.is_in(rows.column(column), value_set=keys))
+
+
+def _filtered(file: Any, chunk: Any, probe: _Probe, counts: ReadCounts) -> _Probe:
+    """The keys of `probe` a column chunk's Bloom filter may hold (all if it has none)."""
+    offset, length = chunk.bloom_filter_offset, chunk.bloom_filter_length
+    if offset is None or length is None:
+        return probe
+    header = file.read_at(min(length, 64), offset)
+    found = bloom.parse_header(header, length, offset)
+    if found is None:
+        return probe
+    blocks = found.block_of(probe.hashes)
+    wanted = np.unique(blocks)
+    counts.filter_blocks += len(wanted)
+    words = bloom.read_blocks(file, found, wanted)
+    keep = bloom.may_contain(words[np.searchsorted(wanted, blocks)], probe.hashes)
+    index = np.flatnonzero(keep)
+    return _Probe(probe.values.take(pa.array(index)), probe.hashes[index], probe.numeric)
+
+
+def _column_position(metadata: pq.FileMetaData, column: str) -> int:
+    for position in range(metadata.num_columns):
+        if metadata.schema.column(position).path == column:
+            return position
+    raise ValueError(f"index data file lacks column {column}: {metadata.schema.names}")
+
+
+def _footer(path: str, size: int, file: Any, counts: ReadCounts) -> pq.FileMetaData:
+    """The file's parsed footer: from the cache, else read (its exact bytes) and cached."""
+    global _footer_bytes
+    with _footer_lock:
+        cached = _footers.get(path)
+        if cached is not None:
+            _footers.move_to_end(path)
+            return cached
+    tail = file.read_at(8, size - 8)
+    if len(tail) != 8 or tail[4:] != b"PAR1":
+        raise OSError(f"{path} is not a whole Parquet file (no footer magic)")
+    length = int.from_bytes(tail[:4], "little")
+    footer = file.read_at(length, size - 8 - length)
+    metadata = pq.read_metadata(pa.BufferReader(b"PAR1" + footer + tail))
+    counts.footers += 1
+    counts.footer_bytes += length + 8
+    with _footer_lock:
+        _footers[path] = metadata
+        _footer_bytes += metadata.serialized_size
+        while _footer_bytes > FOOTER_CACHE_BYTES and len(_footers) > 1:
+            _, dropped = _footers.popitem(last=False)
+            _footer_bytes -= dropped.serialized_size
+    return metadata
+
+
+def clear_footer_cache() -> None:
+    """Forget every cached footer (a benchmark's cold read)."""
+    global _footer_bytes
+    with _footer_lock:
+        _footers.clear()
+        _footer_bytes = 0
