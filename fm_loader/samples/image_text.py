@@ -188,12 +188,14 @@ class ImageTextSamples:
         if not n:
             return
         width, height = bucket_shape(self.ratios[buckets.pop()], int(self.image_size or 0))
-        pixels = arrays["pixel_values"]
+        # Contiguous from the field's start: a worker's slot holds [n, 3, height, width] there.
+        room = arrays["pixel_values"].reshape(-1)
+        pixels = room[: n * 3 * height * width].reshape(n, 3, height, width)
         for row in range(n):
             size = int(arrays["image_sizes"][row])
             data = arrays["image_bytes"][row, :size].tobytes()
-            pixels[row, :, :height, :width] = decode_fitted(data, width, height)
-        arrays["pixel_values"] = pixels[:, :, :height, :width]
+            pixels[row] = decode_fitted(data, width, height)
+        arrays["pixel_values"] = pixels
 
     def _empty(self, n: int) -> Arrays:
         return {

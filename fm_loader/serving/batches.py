@@ -159,16 +159,24 @@ class BatchDataset(StreamDataset[MappedShards]):
     ) -> Iterator[Batch]:
         """This rank's and worker's batches, one unit each, built whole."""
         for source, unit in self._assigned(worker, num_workers):
-            # A slot is laid out for every kind's arrays: each kind builds its own, copied in.
-            block = self._read(source, unit, None)
+            # A pair set's batch is built straight into the worker's slot; a token set's (in a
+            # mixture, whose slot is laid out for both kinds) is built apart and copied in.
+            into = (
+                out
+                if out is not None and isinstance(self.kinds[source], ImageTextSamples)
+                else None
+            )
+            block = self._read(source, unit, into)
             batch = block.batch_arrays() if arrays else block.batch()
             batch["kind"] = self.kinds[source].name
             yield batch if arrays else self.finish_batch(batch)
 
-    def _read(self, source: int, unit: int, out: Arrays | None) -> Any:
+    def _read(self, source: int, unit: int, out: Callable[[int], Arrays] | None) -> Any:
         ids = self._units[source].samples(unit)
         sources = np.full(len(ids), source, dtype=np.intp)
-        return self.kinds[source].read(self._sets, sources, ids, out)
+        return self.kinds[source].read(
+            self._sets, sources, ids, None if out is None else out(len(ids))
+        )
 
     def _assigned(self, worker: int, num_workers: int) -> Iterator[tuple[int, int]]:
         """(source, unit) of each unit this rank and worker serve, in stream order."""

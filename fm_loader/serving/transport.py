@@ -85,7 +85,8 @@ class BatchSlots:
             at += -(-field.max_bytes // _ALIGN) * _ALIGN
         self.slot_bytes = at
         self.slots_per_worker = slots_per_worker
-        self._rows = tuple(name for name, f in self.fields.items() if len(f.max_shape) == 2)
+        # Every field is built in place from its start (a prefix of its largest shape).
+        self._rows = tuple(self.fields)
         # One buffer per (worker, slot); share_memory_() unlinks the name at once.
         self.buffers = [
             [_shared(torch.empty(at, dtype=torch.uint8)) for _ in range(slots_per_worker)]
@@ -148,7 +149,7 @@ class BatchSlots:
     def claim(
         self, worker: int, count: int, alive: Callable[[], bool]
     ) -> dict[str, npt.NDArray[Any]]:
-        """Wait for this worker's next free slot; its [count, ...] 2-D arrays to build into."""
+        """Wait for this worker's next free slot; its [count, ...] arrays to build into."""
         slot = self._claimed = self._claim(worker, alive)
         views = self._field_views(worker, slot)
         return {name: views[name][:count] for name in self._rows}
