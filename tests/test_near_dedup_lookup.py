@@ -188,6 +188,30 @@ def test_a_lookup_reads_the_row_groups_of_its_keys_and_a_footer_once(
     assert again.row_groups == first.row_groups
 
 
+def test_a_key_whose_rows_span_row_groups_is_found_in_each(
+    fm_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(layout, "BAND_GROUP_ROWS", 64)
+    bands, _ = _rows(np.random.default_rng(12), "b0", 100)  # 1,400 rows, 22 row groups
+    hashes = bands.column("band_hash").to_numpy().copy()
+    shared = int(hashes[0])
+    hashes[:300] = shared  # one band hash on 300 rows: at least five row groups once sorted
+    where = bands.schema.get_field_index("band_hash")
+    bands = bands.set_column(where, "band_hash", pa.array(hashes))
+    handle = data_files.table_handle(fm_settings, "neardup_index", NS)
+    _commit(fm_settings, layout.write_index_files(handle, bands, layout.BANDS, uuid.uuid4(), 0))
+    handle = data_files.table_handle(fm_settings, "neardup_index", NS)
+    counts = lookup.ReadCounts()
+    keys = pa.array([shared], pa.int64())
+    found = lookup.key_rows(
+        handle, data_files.plan_handle(handle), layout.BANDS, keys, ("doc_id", "band_hash"), counts
+    )
+    assert sorted(found.column("doc_id").to_pylist()) == sorted(
+        bands.column("doc_id").to_pylist()[:300]
+    )
+    assert counts.row_groups >= 5
+
+
 def _band_tables(rows: list[tuple[int, int, str]]) -> list[pa.Table]:
     """The batch's band tables, one per band: (band, band_hash, doc_id) rows."""
     return [

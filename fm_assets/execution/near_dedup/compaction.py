@@ -27,8 +27,9 @@ from __future__ import annotations
 import math
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
@@ -137,23 +138,33 @@ def compacted(
 
 
 def compact(
-    settings: Settings, name: str, namespace: str | None, progress: Progress
+    settings: Settings,
+    name: str,
+    namespace: str | None,
+    progress: Progress,
+    *,
+    in_process: bool = False,
 ) -> list[FileScanTask]:
-    """Rewrite the index's files not of the layout and merge the runs due; return the table's
-    files."""
+    """Rewrite the index's files not of the layout and merge the runs due, as Ray tasks (or
+    in this process: a tool without Ray); return the table's files."""
     files = plan_files(settings, name, catalog.ALWAYS_TRUE, None, namespace)
     runs, strangers = runs_of(files)
     converts, merges = convert_groups(strangers), merges_due(runs)
     if not converts and not merges:
         return files
     handle = table_handle(settings, name, namespace)
-    convert, merge = remote(convert_files), remote(merge_runs)
-    pending = [convert.remote(handle, group, uuid.uuid4()) for group in converts]
-    pending += [
-        merge.remote(handle, [t for run in group for t in run.files], group[0].kind, uuid.uuid4())
-        for group in merges
+    jobs: list[tuple[Callable[..., list[DataFile]], tuple[Any, ...]]] = [
+        (convert_files, (handle, group, uuid.uuid4())) for group in converts
     ]
-    written: list[DataFile] = [f for files_of in get(pending) for f in files_of]
+    jobs += [
+        (merge_runs, (handle, [t for run in g for t in run.files], g[0].kind, uuid.uuid4()))
+        for g in merges
+    ]
+    if in_process:
+        outputs = [function(*args) for function, args in jobs]
+    else:
+        outputs = get([remote(function).remote(*args) for function, args in jobs])
+    written: list[DataFile] = [f for files_of in outputs for f in files_of]
     old = [t.file for group in converts for t in group]
     old += [t.file for group in merges for run in group for t in run.files]
     what = (

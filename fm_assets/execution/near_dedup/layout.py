@@ -48,7 +48,7 @@ COLUMNS = {
 }
 PREFIX = "nd1"  # the layout's version, in every file name it writes
 # A row group is what one looked-up key costs to read when present (~40 bytes a band row),
-# and each costs ~450 bytes of footer: measured in bench/results/neardup_lookup.md.
+# and each costs ~450 bytes of footer (bench/results/near_dedup_lookup.md: footers read).
 BAND_GROUP_ROWS = 2048
 SET_GROUP_BYTES = 256 << 10
 # Files are cut by key range at about this size: a lookup opens only the files whose key

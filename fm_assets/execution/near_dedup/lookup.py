@@ -9,7 +9,7 @@ read a key); then only the row groups still holding a key are read, with the col
 for, and filtered to the keys. What a batch reads follows its keys, its matches and the
 number of files a key may be in (`compaction` bounds it), not the index's size; each file's
 footer is read once per process while it stays in a bounded cache (files never change).
-`bench/results/neardup_lookup.md` measures it at 10^5, 10^6 and 10^7 index rows.
+`bench/results/near_dedup_lookup.md` measures it at 10^5, 10^6 and 10^7 index rows.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import bisect
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ from fm_assets.storage.data_files import TableHandle, read_files
 
 # Parsed footers kept per process (warm workers keep theirs between batches), by file path.
 FOOTER_CACHE_BYTES = 64 << 20
-_footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+_footers: OrderedDict[str, _Footer] = OrderedDict()
 _footer_bytes = 0
 _footer_lock = threading.Lock()
 
@@ -124,6 +124,10 @@ class _Probe:
             start, end = bisect.bisect_left(strings, low), bisect.bisect_right(strings, high)
         return _Probe(self.values[start:end], self.hashes[start:end], self.numeric)
 
+    def take(self, positions: list[int]) -> _Probe:
+        """The keys at `positions`."""
+        return _Probe(self.values.take(pa.array(positions)), self.hashes[positions], self.numeric)
+
 
 def _bounds(index: TableHandle, task: FileScanTask, column: str) -> tuple[Any, Any] | None:
     """A data file's [lowest, highest] `column` value by its manifest entry, if it says."""
@@ -148,20 +152,13 @@ def _file_rows(
     path = task.file.file_path
     counts.files += 1
     with index.io.new_input(path).open(seekable=True) as file:
-        metadata = _footer(path, task.file.file_size_in_bytes, file, counts)
+        footer = _footer(path, task.file.file_size_in_bytes, file, counts)
+        metadata = footer.metadata
         position = _column_position(metadata, column)
         groups: list[int] = []
         present: list[pa.Array] = []
-        for group in range(metadata.num_row_groups):
-            chunk = metadata.row_group(group).column(position)
-            stats = chunk.statistics
-            here = (
-                probe.within((stats.min, stats.max))
-                if stats is not None and stats.has_min_max
-                else probe
-            )
-            if here.size:
-                here = _filtered(file, chunk, here, counts)
+        for group, here in _candidate_groups(footer, position, probe, kind_of_name(path)):
+            here = _filtered(file, footer.filter(file, group, position), here, counts)
             if here.size:
                 groups.append(group)
                 present.append(here.values)
@@ -175,13 +172,38 @@ def _file_rows(
     return rows.filter(pc.is_in(rows.column(column), value_set=keys))
 
 
-def _filtered(file: Any, chunk: Any, probe: _Probe, counts: ReadCounts) -> _Probe:
-    """The keys of `probe` a column chunk's Bloom filter may hold (all if it has none)."""
-    offset, length = chunk.bloom_filter_offset, chunk.bloom_filter_length
-    if offset is None or length is None:
-        return probe
-    header = file.read_at(min(length, 64), offset)
-    found = bloom.parse_header(header, length, offset)
+def _candidate_groups(
+    footer: _Footer, position: int, probe: _Probe, kind: str | None
+) -> list[tuple[int, _Probe]]:
+    """The row groups whose statistics may hold one of the keys, each with those keys.
+
+    A file of the layout is sorted by its key, so its row groups' minima and maxima both
+    ascend: a key's groups are found by binary search in the footer's (cached) ranges, and
+    what this costs follows the keys, not the file's row groups. Any other file's groups are
+    each checked."""
+    ranges = footer.ranges(position) if kind is not None else None
+    if ranges is None:
+        metadata = footer.metadata
+        found = []
+        for group in range(metadata.num_row_groups):
+            stats = metadata.row_group(group).column(position).statistics
+            here = probe.within((stats.min, stats.max)) if stats and stats.has_min_max else probe
+            if here.size:
+                found.append((group, here))
+        return found
+    lows, highs = ranges
+    keys = probe.values.to_numpy() if probe.numeric else np.array(probe.values.to_pylist())
+    first = np.searchsorted(highs, keys, side="left")  # the first group ending at or after
+    last = np.searchsorted(lows, keys, side="right") - 1  # the last group starting at or before
+    by_group: dict[int, list[int]] = {}
+    for key, (start, end) in enumerate(zip(first.tolist(), last.tolist(), strict=True)):
+        for group in range(start, end + 1):
+            by_group.setdefault(group, []).append(key)
+    return [(group, probe.take(by_group[group])) for group in sorted(by_group)]
+
+
+def _filtered(file: Any, found: bloom.Filter | None, probe: _Probe, counts: ReadCounts) -> _Probe:
+    """The keys of `probe` a column chunk's Bloom filter (`found`) may hold (all if none)."""
     if found is None:
         return probe
     blocks = found.block_of(probe.hashes)
@@ -200,7 +222,45 @@ def _column_position(metadata: pq.FileMetaData, column: str) -> int:
     raise ValueError(f"index data file lacks column {column}: {metadata.schema.names}")
 
 
-def _footer(path: str, size: int, file: Any, counts: ReadCounts) -> pq.FileMetaData:
+@dataclass
+class _Footer:
+    """A data file's parsed footer, and its row groups' key ranges once asked for."""
+
+    metadata: pq.FileMetaData
+    _ranges: dict[int, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None] = field(
+        default_factory=dict
+    )
+    _filters: dict[tuple[int, int], bloom.Filter | None] = field(default_factory=dict)
+
+    def filter(self, file: Any, group: int, position: int) -> bloom.Filter | None:
+        """Where the Bloom filter of a column chunk lies (its header read once), if it has
+        one this reader knows."""
+        if (group, position) not in self._filters:
+            chunk = self.metadata.row_group(group).column(position)
+            offset, length = chunk.bloom_filter_offset, chunk.bloom_filter_length
+            found = None
+            if offset is not None and length is not None:
+                found = bloom.parse_header(file.read_at(min(length, 64), offset), length, offset)
+            self._filters[(group, position)] = found
+        return self._filters[(group, position)]
+
+    def ranges(self, position: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
+        """Every row group's (minimum, maximum) of column `position`, as two arrays; None
+        when a group has no statistics."""
+        if position not in self._ranges:
+            lows, highs = [], []
+            for group in range(self.metadata.num_row_groups):
+                stats = self.metadata.row_group(group).column(position).statistics
+                if stats is None or not stats.has_min_max:
+                    self._ranges[position] = None
+                    return None
+                lows.append(stats.min)
+                highs.append(stats.max)
+            self._ranges[position] = (np.array(lows), np.array(highs))
+        return self._ranges[position]
+
+
+def _footer(path: str, size: int, file: Any, counts: ReadCounts) -> _Footer:
     """The file's parsed footer: from the cache, else read (its exact bytes) and cached."""
     global _footer_bytes
     with _footer_lock:
@@ -216,13 +276,15 @@ def _footer(path: str, size: int, file: Any, counts: ReadCounts) -> pq.FileMetaD
     metadata = pq.read_metadata(pa.BufferReader(b"PAR1" + footer + tail))
     counts.footers += 1
     counts.footer_bytes += length + 8
+    parsed = _Footer(metadata)
     with _footer_lock:
-        _footers[path] = metadata
+        _footers[path] = parsed
+        # The key ranges, once built, add about a tenth of the footer's size.
         _footer_bytes += metadata.serialized_size
         while _footer_bytes > FOOTER_CACHE_BYTES and len(_footers) > 1:
             _, dropped = _footers.popitem(last=False)
-            _footer_bytes -= dropped.serialized_size
-    return metadata
+            _footer_bytes -= dropped.metadata.serialized_size
+    return parsed
 
 
 def clear_footer_cache() -> None:
