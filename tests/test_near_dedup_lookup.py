@@ -1,7 +1,8 @@
 """The near-dup index is laid out by key (`execution/near_dedup/layout.py`) and read by key
-(`lookup.py`, `index_reads.py`): a lookup returns exactly the rows holding its keys, from files
-of the layout and from files an older platform wrote alike, and reads only the row groups that
-hold them; the Bloom filters it reads 32 bytes at a time are the ones Parquet wrote.
+(`lookup.py` over `storage/keyed/reads.py`, `index_reads.py`): a lookup returns exactly the
+rows holding its keys, from files of the layout and from files an older platform wrote alike,
+and reads only the row groups that hold them; the Bloom filters it reads 32 bytes at a time
+are the ones Parquet wrote.
 
 Synthetic rows, written with the stage's own writer into a fresh FM_HOME's catalog.
 """
@@ -18,7 +19,7 @@ import pytest
 import xxhash
 
 from fm_assets.execution import pipeline  # noqa: F401  (declares the stage tables)
-from fm_assets.execution.near_dedup import bloom, layout, lookup
+from fm_assets.execution.near_dedup import layout, lookup
 from fm_assets.execution.near_dedup.index_reads import (
     indexed_elsewhere,
     other_batches_rows,
@@ -27,6 +28,7 @@ from fm_assets.execution.near_dedup.index_reads import (
 from fm_assets.execution.near_dedup.tasks import BAND_ROWS
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog, data_files
+from fm_assets.storage.keyed import bloom
 
 NS = "cloud"
 BANDS = 14
@@ -120,8 +122,9 @@ def test_every_written_key_passes_its_filter_and_almost_no_absent_key_does(
             for values in (keys, absent):
                 hashes = bloom.hash_int64(values)
                 blocks = found.block_of(hashes)
-                wanted = np.unique(blocks)
-                words = bloom.read_blocks(file, found, wanted)[np.searchsorted(wanted, blocks)]
+                offsets = found.offset + blocks * bloom.BLOCK_BYTES
+                wanted = np.unique(offsets)
+                words = bloom.read_blocks_at(file, wanted)[np.searchsorted(wanted, offsets)]
                 maybe = bloom.may_contain(words, hashes)
                 if values is keys:
                     assert maybe.all()

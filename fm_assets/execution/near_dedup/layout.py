@@ -8,9 +8,9 @@ Each file holds one kind of row, sorted by that kind's key:
 
 and is written in row groups small enough to be the unit a lookup reads (`BAND_GROUP_ROWS`
 rows; `SET_GROUP_BYTES` of shingle sets), each with its key's min/max statistics and a
-split-block Bloom filter of its keys (`bloom`). A lookup goes file (the manifest's key
-bounds) -> row group (the footer's statistics) -> Bloom filter (one 32-byte block a key) ->
-the row groups that hold one of its keys; nothing else of the file is read.
+split-block Bloom filter of its keys (keyed files: `storage/keyed/`). A lookup goes file (the
+manifest's key bounds) -> row group (the footer's statistics) -> Bloom filter (one 32-byte
+block a key) -> the row groups that hold one of its keys; nothing else of the file is read.
 
 A file this module writes is named `nd1-<kind>-...`: a file without that prefix (written by an
 older platform, or rewritten by a row delete outside near dedup) is read correctly all the
@@ -23,20 +23,11 @@ import uuid
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
-from pyiceberg.io.pyarrow import (
-    compute_statistics_plan,
-    data_file_statistics_from_parquet_metadata,
-    parquet_path_to_id_mapping,
-    schema_to_pyarrow,
-)
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-from pyiceberg.table.locations import load_location_provider
-from pyiceberg.typedef import Record
+from pyiceberg.manifest import DataFile
 
 from fm_assets.storage import catalog
 from fm_assets.storage.data_files import TableHandle
-from fm_loader.storage.retry import with_retries
+from fm_assets.storage.keyed.files import sort_by_key, write_keyed_file
 
 BANDS, SETS = "bands", "sets"
 KINDS = (BANDS, SETS)
@@ -54,10 +45,6 @@ SET_GROUP_BYTES = 256 << 10
 # Files are cut by key range at about this size: a lookup opens only the files whose key
 # range holds one of its keys, and a merge writes one file per range.
 FILE_BYTES = 32 << 20
-# pyarrow sizes each filter to a power of two bytes: ~16 bits a key at this rate, which
-# answers "maybe" for about 0.2% of absent keys.
-BLOOM_FPP = 0.01
-COMPRESSION = "zstd"
 
 
 def kind_of_name(path: str) -> str | None:
@@ -71,7 +58,7 @@ def kind_of_name(path: str) -> str | None:
 
 def sort_rows(rows: pa.Table, kind: str) -> pa.Table:
     """`rows` in the order a file of `kind` keeps them."""
-    return rows.sort_by([(KEY[kind], "ascending")])
+    return sort_by_key(rows, KEY[kind])
 
 
 def write_index_files(
@@ -106,7 +93,10 @@ def write_index_files(
     for part, start in enumerate(range(0, ordered.num_rows, file_rows)):
         chunk = ordered.slice(start, file_rows)
         name = f"{PREFIX}-{kind}-{task_id:07d}-{part:04d}-{write_id}.parquet"
-        written.append(_write_file(handle, chunk, kind, name, group_rows))
+        # The band's statistics say the kind to older readers.
+        written.append(
+            write_keyed_file(handle, chunk, KEY[kind], name, group_rows, statistics=("band",))
+        )
     return written
 
 
@@ -119,67 +109,6 @@ def _group_rows(kind: str, per_row: int) -> int:
     if kind == BANDS:
         return BAND_GROUP_ROWS
     return max(8, min(4096, SET_GROUP_BYTES // per_row))
-
-
-def _write_file(
-    handle: TableHandle, rows: pa.Table, kind: str, name: str, group_rows: int
-) -> DataFile:
-    """One Parquet data file of `rows` (sorted) in row groups of `group_rows`, with the key's
-    statistics and Bloom filter; its `DataFile` (statistics as pyiceberg's writer makes them)."""
-    metadata = handle.metadata
-    file_schema = metadata.schema().select(*rows.column_names)
-    arrow = rows.cast(schema_to_pyarrow(file_schema, include_field_ids=True))
-    location = load_location_provider(metadata.location, metadata.properties)
-    path = location.new_data_location(data_file_name=name)
-    key = KEY[kind]
-    with_statistics = [key, "band"]
-    # Columns without Parquet statistics get no bounds in the manifest either (pyiceberg
-    # would look for them row group by row group, and log each one missing).
-    leaves = parquet_path_to_id_mapping(file_schema)
-    plan_properties = {
-        **metadata.properties,
-        **{
-            f"write.metadata.metrics.column.{file_schema.find_column_name(i)}": "none"
-            for path, i in leaves.items()
-            if path not in with_statistics
-        },
-    }
-
-    def write() -> DataFile:
-        output = handle.io.new_output(path)
-        with output.create(overwrite=True) as stream:
-            writer = pq.ParquetWriter(
-                stream,
-                arrow.schema,
-                compression=COMPRESSION,
-                # The key's statistics route lookups; the band's say the kind to older readers.
-                write_statistics=with_statistics,
-                bloom_filter_options={key: {"ndv": group_rows, "fpp": BLOOM_FPP}},
-            )
-            with writer:
-                for start in range(0, arrow.num_rows, group_rows):
-                    writer.write_table(arrow.slice(start, group_rows), row_group_size=group_rows)
-            parquet_metadata = writer.writer.metadata
-        statistics = data_file_statistics_from_parquet_metadata(
-            parquet_metadata=parquet_metadata,
-            stats_columns=compute_statistics_plan(file_schema, plan_properties),
-            parquet_column_mapping=leaves,
-        )
-        return DataFile.from_args(
-            content=DataFileContent.DATA,
-            file_path=path,
-            file_format=FileFormat.PARQUET,
-            partition=Record(),
-            file_size_in_bytes=len(output),
-            sort_order_id=None,
-            spec_id=metadata.default_spec_id,
-            equality_ids=None,
-            key_metadata=None,
-            **statistics.to_serialized_dict(),
-        )
-
-    # A retry rewrites the same name: nothing references it before the commit.
-    return with_retries(write, what=f"writing {name} of {handle.name}")
 
 
 def distinct(tables: list[pa.Table], column: str, kind: pa.DataType) -> pa.Array:

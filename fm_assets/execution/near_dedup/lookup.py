@@ -2,57 +2,29 @@
 
 A batch needs, of its namespace's index, the band rows sharing a band hash with one of its
 documents (its candidates) and the shingle-set rows of some documents (already indexed ones,
-and the candidates to confirm). `key_rows` finds them the way the layout allows
-(`layout`): the files whose key bounds (from the manifest) hold a key; in each, the row groups
-whose statistics hold one; of those, the keys the group's Bloom filter may hold (32 bytes
-read a key); then only the row groups still holding a key are read, with the columns asked
-for, and filtered to the keys. What a batch reads follows its keys, its matches and the
-number of files a key may be in (`compaction` bounds it), not the index's size; each file's
-footer is read once per process while it stays in a bounded cache (files never change).
-`bench/results/near_dedup_lookup.md` measures it at 10^5, 10^6 and 10^7 index rows.
+and the candidates to confirm). `key_rows` asks the index's files of that kind of row for
+those keys (`storage/keyed/reads.py`): the files whose key bounds (from the manifest) hold a
+key; in each, the row groups holding one (binary search over the footer's statistics, the
+files being sorted by key: `layout`); of those, the keys the group's Bloom filter may hold (32
+bytes read a key); then only the row groups still holding a key are read. What a batch reads
+follows its keys, its matches and the number of runs a key may be in (`compaction` bounds
+it), not the index's size; each file's footer is read once per process while it stays in a
+bounded cache (files never change). `bench/results/near_dedup_lookup.md` measures it at
+10^5, 10^6 and 10^7 index rows.
 """
 
 from __future__ import annotations
 
-import bisect
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-from pyiceberg.conversions import from_bytes
 from pyiceberg.table import FileScanTask
 
-from fm_assets.execution.near_dedup import bloom
 from fm_assets.execution.near_dedup.layout import KEY, kind_of_name
-from fm_assets.storage import catalog
-from fm_assets.storage.data_files import TableHandle, read_files
+from fm_assets.storage.data_files import TableHandle
+from fm_assets.storage.keyed.reads import ReadCounts, clear_footer_cache, rows_of_keys
 
-# Parsed footers kept per process (warm workers keep theirs between batches), by file path.
-FOOTER_CACHE_BYTES = 64 << 20
-_footers: OrderedDict[str, _Footer] = OrderedDict()
-_footer_bytes = 0
-_footer_lock = threading.Lock()
-
-
-@dataclass
-class ReadCounts:
-    """What lookups read: shown by the benchmark, and a check for tests."""
-
-    files: int = 0  # data files opened
-    footers: int = 0  # footers read (not found in the cache)
-    footer_bytes: int = 0
-    row_groups: int = 0  # row groups read
-    filter_blocks: int = 0  # Bloom filter blocks read
-
-    def add(self, other: ReadCounts) -> None:
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+__all__ = ["ReadCounts", "clear_footer_cache", "key_rows"]
 
 
 def key_rows(
@@ -66,230 +38,13 @@ def key_rows(
     """The rows of `files` (the index's) whose `KEY[kind]` is one of `keys`, with `columns`
     (the key among them), typed as the index's schema. Files of the other kind are skipped;
     a file of no known kind (an older platform's) is read by its statistics alone."""
-    counts = counts if counts is not None else ReadCounts()
-    column = KEY[kind]
-    wanted = pa.schema([index.schema.field(c) for c in columns])
-    found: list[pa.Table] = []
-    probe = _Probe.of(kind, keys)
-    if probe.size:
-        for task in files:
-            if kind_of_name(task.file.file_path) not in (kind, None):
-                continue
-            inside = probe.within(_bounds(index, task, column))
-            if not inside.size:
-                continue
-            if task.delete_files:  # rows the file's own groups do not say: read as Iceberg does
-                where = catalog.where_in(column, inside.values.to_pylist())
-                found.append(read_files(index, [task], columns, where))
-                continue
-            found.append(_file_rows(index, task, column, inside, columns, counts))
-    rows = [catalog.conform(t, wanted, fill_nullable=True) for t in found if t.num_rows]
-    return pa.concat_tables(rows) if rows else wanted.empty_table()
-
-
-@dataclass(frozen=True)
-class _Probe:
-    """Sorted distinct keys and their Bloom hashes."""
-
-    values: pa.Array
-    hashes: np.ndarray[Any, np.dtype[np.uint64]]
-    numeric: bool
-
-    @classmethod
-    def of(cls, kind: str, keys: pa.Array) -> _Probe:
-        unique = pc.unique(keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys)
-        unique = unique.filter(pc.is_valid(unique)).take(pc.sort_indices(unique))
-        numeric = pa.types.is_integer(unique.type)
-        if numeric:
-            ints = unique.cast(pa.int64()).to_numpy()
-            return cls(pa.array(ints), bloom.hash_int64(ints), True)
-        strings = unique.cast(pa.string()).to_pylist()
-        return cls(pa.array(strings, pa.string()), bloom.hash_strings(strings), False)
-
-    @property
-    def size(self) -> int:
-        return len(self.values)
-
-    def within(self, bounds: tuple[Any, Any] | None) -> _Probe:
-        """The keys in [low, high] (all of them when the bounds are unknown)."""
-        if bounds is None:
-            return self
-        low, high = bounds
-        if self.numeric:
-            ints = self.values.to_numpy()
-            start = int(np.searchsorted(ints, low, side="left"))
-            end = int(np.searchsorted(ints, high, side="right"))
-        else:
-            strings = self.values.to_pylist()
-            start, end = bisect.bisect_left(strings, low), bisect.bisect_right(strings, high)
-        return _Probe(self.values[start:end], self.hashes[start:end], self.numeric)
-
-    def take(self, positions: list[int]) -> _Probe:
-        """The keys at `positions`."""
-        return _Probe(self.values.take(pa.array(positions)), self.hashes[positions], self.numeric)
-
-
-def _bounds(index: TableHandle, task: FileScanTask, column: str) -> tuple[Any, Any] | None:
-    """A data file's [lowest, highest] `column` value by its manifest entry, if it says."""
-    field = index.metadata.schema().find_field(column)
-    lower = (task.file.lower_bounds or {}).get(field.field_id)
-    upper = (task.file.upper_bounds or {}).get(field.field_id)
-    if lower is None or upper is None:
-        return None
-    # A string's bounds may be truncated: the lower to a prefix (still <= every value), the
-    # upper to an incremented prefix (still >= every value).
-    return from_bytes(field.field_type, lower), from_bytes(field.field_type, upper)  # type: ignore[arg-type]
-
-
-def _file_rows(
-    index: TableHandle,
-    task: FileScanTask,
-    column: str,
-    probe: _Probe,
-    columns: Sequence[str],
-    counts: ReadCounts,
-) -> pa.Table:
-    path = task.file.file_path
-    counts.files += 1
-    with index.io.new_input(path).open(seekable=True) as file:
-        footer = _footer(path, task.file.file_size_in_bytes, file, counts)
-        metadata = footer.metadata
-        position = _column_position(metadata, column)
-        groups: list[int] = []
-        present: list[pa.Array] = []
-        for group, here in _candidate_groups(footer, position, probe, kind_of_name(path)):
-            here = _filtered(file, footer.filter(file, group, position), here, counts)
-            if here.size:
-                groups.append(group)
-                present.append(here.values)
-        if not groups:
-            return pa.table({})
-        names = set(metadata.schema.to_arrow_schema().names)
-        reader = pq.ParquetFile(file, metadata=metadata)
-        rows = reader.read_row_groups(groups, columns=[c for c in columns if c in names])
-        counts.row_groups += len(groups)
-    keys = pa.concat_arrays(present).cast(rows.schema.field(column).type)
-    return rows.filter(pc.is_in(rows.column(column), value_set=keys))
-
-
-def _candidate_groups(
-    footer: _Footer, position: int, probe: _Probe, kind: str | None
-) -> list[tuple[int, _Probe]]:
-    """The row groups whose statistics may hold one of the keys, each with those keys.
-
-    A file of the layout is sorted by its key, so its row groups' minima and maxima both
-    ascend: a key's groups are found by binary search in the footer's (cached) ranges, and
-    what this costs follows the keys, not the file's row groups. Any other file's groups are
-    each checked."""
-    ranges = footer.ranges(position) if kind is not None else None
-    if ranges is None:
-        metadata = footer.metadata
-        found = []
-        for group in range(metadata.num_row_groups):
-            stats = metadata.row_group(group).column(position).statistics
-            here = probe.within((stats.min, stats.max)) if stats and stats.has_min_max else probe
-            if here.size:
-                found.append((group, here))
-        return found
-    lows, highs = ranges
-    keys = probe.values.to_numpy() if probe.numeric else np.array(probe.values.to_pylist())
-    first = np.searchsorted(highs, keys, side="left")  # the first group ending at or after
-    last = np.searchsorted(lows, keys, side="right") - 1  # the last group starting at or before
-    by_group: dict[int, list[int]] = {}
-    for key, (start, end) in enumerate(zip(first.tolist(), last.tolist(), strict=True)):
-        for group in range(start, end + 1):
-            by_group.setdefault(group, []).append(key)
-    return [(group, probe.take(by_group[group])) for group in sorted(by_group)]
-
-
-def _filtered(file: Any, found: bloom.Filter | None, probe: _Probe, counts: ReadCounts) -> _Probe:
-    """The keys of `probe` a column chunk's Bloom filter (`found`) may hold (all if none)."""
-    if found is None:
-        return probe
-    blocks = found.block_of(probe.hashes)
-    wanted = np.unique(blocks)
-    counts.filter_blocks += len(wanted)
-    words = bloom.read_blocks(file, found, wanted)
-    keep = bloom.may_contain(words[np.searchsorted(wanted, blocks)], probe.hashes)
-    index = np.flatnonzero(keep)
-    return _Probe(probe.values.take(pa.array(index)), probe.hashes[index], probe.numeric)
-
-
-def _column_position(metadata: pq.FileMetaData, column: str) -> int:
-    for position in range(metadata.num_columns):
-        if metadata.schema.column(position).path == column:
-            return position
-    raise ValueError(f"index data file lacks column {column}: {metadata.schema.names}")
-
-
-@dataclass
-class _Footer:
-    """A data file's parsed footer, and its row groups' key ranges once asked for."""
-
-    metadata: pq.FileMetaData
-    _ranges: dict[int, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None] = field(
-        default_factory=dict
+    own = [t for t in files if kind_of_name(t.file.file_path) in (kind, None)]
+    return rows_of_keys(
+        index,
+        own,
+        KEY[kind],
+        keys,
+        columns,
+        counts,
+        sorted_file=lambda path: kind_of_name(path) is not None,
     )
-    _filters: dict[tuple[int, int], bloom.Filter | None] = field(default_factory=dict)
-
-    def filter(self, file: Any, group: int, position: int) -> bloom.Filter | None:
-        """Where the Bloom filter of a column chunk lies (its header read once), if it has
-        one this reader knows."""
-        if (group, position) not in self._filters:
-            chunk = self.metadata.row_group(group).column(position)
-            offset, length = chunk.bloom_filter_offset, chunk.bloom_filter_length
-            found = None
-            if offset is not None and length is not None:
-                found = bloom.parse_header(file.read_at(min(length, 64), offset), length, offset)
-            self._filters[(group, position)] = found
-        return self._filters[(group, position)]
-
-    def ranges(self, position: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
-        """Every row group's (minimum, maximum) of column `position`, as two arrays; None
-        when a group has no statistics."""
-        if position not in self._ranges:
-            lows, highs = [], []
-            for group in range(self.metadata.num_row_groups):
-                stats = self.metadata.row_group(group).column(position).statistics
-                if stats is None or not stats.has_min_max:
-                    self._ranges[position] = None
-                    return None
-                lows.append(stats.min)
-                highs.append(stats.max)
-            self._ranges[position] = (np.array(lows), np.array(highs))
-        return self._ranges[position]
-
-
-def _footer(path: str, size: int, file: Any, counts: ReadCounts) -> _Footer:
-    """The file's parsed footer: from the cache, else read (its exact bytes) and cached."""
-    global _footer_bytes
-    with _footer_lock:
-        cached = _footers.get(path)
-        if cached is not None:
-            _footers.move_to_end(path)
-            return cached
-    tail = file.read_at(8, size - 8)
-    if len(tail) != 8 or tail[4:] != b"PAR1":
-        raise OSError(f"{path} is not a whole Parquet file (no footer magic)")
-    length = int.from_bytes(tail[:4], "little")
-    footer = file.read_at(length, size - 8 - length)
-    metadata = pq.read_metadata(pa.BufferReader(b"PAR1" + footer + tail))
-    counts.footers += 1
-    counts.footer_bytes += length + 8
-    parsed = _Footer(metadata)
-    with _footer_lock:
-        _footers[path] = parsed
-        # The key ranges, once built, add about a tenth of the footer's size.
-        _footer_bytes += metadata.serialized_size
-        while _footer_bytes > FOOTER_CACHE_BYTES and len(_footers) > 1:
-            _, dropped = _footers.popitem(last=False)
-            _footer_bytes -= dropped.metadata.serialized_size
-    return parsed
-
-
-def clear_footer_cache() -> None:
-    """Forget every cached footer (a benchmark's cold read)."""
-    global _footer_bytes
-    with _footer_lock:
-        _footers.clear()
-        _footer_bytes = 0

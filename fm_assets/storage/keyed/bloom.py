@@ -115,19 +115,15 @@ def may_contain(blocks: npt.NDArray[np.uint32], hashes: U64) -> npt.NDArray[np.b
     return np.all((blocks >> bits) & np.uint32(1), axis=1)
 
 
-def read_blocks(file: Any, bloom: Filter, wanted: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
-    """The blocks `wanted` (sorted, unique) of `bloom` in an open file, as rows of eight
-    words. Adjacent blocks are read together; each run is one read."""
-    out = np.empty((len(wanted), 8), dtype=np.uint32)
-    start = 0
-    while start < len(wanted):
-        end = start + 1
-        while end < len(wanted) and wanted[end] == wanted[end - 1] + 1:
-            end += 1
+def read_blocks_at(file: Any, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
+    """The 32-byte blocks at byte `offsets` (sorted, unique) of an open file, as rows of eight
+    words; each run of adjacent blocks is one read."""
+    out = np.empty((len(offsets), 8), dtype=np.uint32)
+    breaks = np.flatnonzero(np.diff(offsets) != BLOCK_BYTES) + 1
+    for start, end in zip([0, *breaks.tolist()], [*breaks.tolist(), len(offsets)], strict=True):
         count = end - start
-        data = file.read_at(count * BLOCK_BYTES, bloom.offset + int(wanted[start]) * BLOCK_BYTES)
+        data = file.read_at(count * BLOCK_BYTES, int(offsets[start]))
         if len(data) != count * BLOCK_BYTES:
             raise OSError(f"a Bloom filter block of {file} ends early: the file is truncated")
         out[start:end] = np.frombuffer(data, dtype="<u4").reshape(count, 8)
-        start = end
     return out

@@ -111,19 +111,20 @@ class Probe:
         """The keys in [low, high] (all of them when the bounds are unknown)."""
         if bounds is None:
             return self
+        start, end = self.span(bounds)
+        return Probe(self.values[start:end], self.hashes[start:end], self.numeric)
+
+    def span(self, bounds: tuple[Any, Any]) -> tuple[int, int]:
+        """[start, end) of the keys in [low, high]."""
         low, high = bounds
         if self.numeric:
             ints = self.values.to_numpy()
-            start = int(np.searchsorted(ints, low, side="left"))
-            end = int(np.searchsorted(ints, high, side="right"))
-        else:
-            strings = self.values.to_pylist()
-            start, end = bisect.bisect_left(strings, low), bisect.bisect_right(strings, high)
-        return Probe(self.values[start:end], self.hashes[start:end], self.numeric)
-
-    def take(self, positions: list[int]) -> Probe:
-        """The keys at `positions`."""
-        return Probe(self.values.take(pa.array(positions)), self.hashes[positions], self.numeric)
+            return (
+                int(np.searchsorted(ints, low, side="left")),
+                int(np.searchsorted(ints, high, side="right")),
+            )
+        strings = self.values.to_pylist()
+        return bisect.bisect_left(strings, low), bisect.bisect_right(strings, high)
 
 
 def _bounds(index: TableHandle, task: FileScanTask, column: str) -> tuple[Any, Any] | None:
@@ -139,7 +140,7 @@ def _bounds(index: TableHandle, task: FileScanTask, column: str) -> tuple[Any, A
 
 
 def _file_rows(
-    index: TableHandle,
+    table: TableHandle,
     task: FileScanTask,
     column: str,
     probe: Probe,
@@ -149,68 +150,105 @@ def _file_rows(
 ) -> pa.Table:
     path = task.file.file_path
     counts.files += 1
-    with index.io.new_input(path).open(seekable=True) as file:
+    with table.io.new_input(path).open(seekable=True) as file:
         footer = _footer(path, task.file.file_size_in_bytes, file, counts)
         metadata = footer.metadata
         position = _column_position(metadata, column)
-        groups: list[int] = []
-        present: list[pa.Array] = []
-        for group, here in _candidate_groups(footer, position, probe, sorted_file(path)):
-            here = _filtered(file, footer.filter(file, group, position), here, counts)
-            if here.size:
-                groups.append(group)
-                present.append(here.values)
-        if not groups:
+        candidates = _candidate_groups(footer, position, probe, sorted_file(path))
+        kept = _filtered(file, footer, position, probe, candidates, counts)
+        if not kept:
             return pa.table({})
+        groups = sorted(kept)
         names = set(metadata.schema.to_arrow_schema().names)
         reader = pq.ParquetFile(file, metadata=metadata)
         rows = reader.read_row_groups(groups, columns=[c for c in columns if c in names])
         counts.row_groups += len(groups)
-    keys = pa.concat_arrays(present).cast(rows.schema.field(column).type)
+    present = np.unique(np.concatenate([kept[g] for g in groups]))
+    keys = probe.values.take(pa.array(present)).cast(rows.schema.field(column).type)
     return rows.filter(pc.is_in(rows.column(column), value_set=keys))
+
+
+Positions = np.ndarray[Any, np.dtype[np.int64]]
 
 
 def _candidate_groups(
     footer: _Footer, position: int, probe: Probe, sorted_file: bool
-) -> list[tuple[int, Probe]]:
-    """The row groups whose statistics may hold one of the keys, each with those keys.
+) -> dict[int, Positions]:
+    """The row groups whose statistics may hold one of the keys, each with those keys (their
+    positions in `probe`).
 
-    A keyed file is sorted by its key, so its row groups' minima and maxima both
-    ascend: a key's groups are found by binary search in the footer's (cached) ranges, and
-    what this costs follows the keys, not the file's row groups. Any other file's groups are
-    each checked."""
+    A keyed file is sorted by its key, so its row groups' minima and maxima both ascend: a
+    key's groups are found by binary search in the footer's (cached) ranges, and what this
+    costs follows the keys, not the file's row groups. Any other file's groups are each
+    checked."""
+    keys = probe.values.to_numpy() if probe.numeric else np.array(probe.values.to_pylist())
     ranges = footer.ranges(position) if sorted_file else None
     if ranges is None:
         metadata = footer.metadata
-        found = []
+        found = {}
         for group in range(metadata.num_row_groups):
             stats = metadata.row_group(group).column(position).statistics
-            here = probe.within((stats.min, stats.max)) if stats and stats.has_min_max else probe
-            if here.size:
-                found.append((group, here))
+            start, end = 0, probe.size
+            if stats is not None and stats.has_min_max:
+                start = int(np.searchsorted(keys, stats.min, side="left"))
+                end = int(np.searchsorted(keys, stats.max, side="right"))
+            if end > start:
+                found[group] = np.arange(start, end, dtype=np.int64)
         return found
     lows, highs = ranges
-    keys = probe.values.to_numpy() if probe.numeric else np.array(probe.values.to_pylist())
     first = np.searchsorted(highs, keys, side="left")  # the first group ending at or after
     last = np.searchsorted(lows, keys, side="right") - 1  # the last group starting at or before
-    by_group: dict[int, list[int]] = {}
-    for key, (start, end) in enumerate(zip(first.tolist(), last.tolist(), strict=True)):
-        for group in range(start, end + 1):
-            by_group.setdefault(group, []).append(key)
-    return [(group, probe.take(by_group[group])) for group in sorted(by_group)]
+    spans = np.maximum(last - first + 1, 0)  # how many groups each key may be in
+    if not spans.any():
+        return {}
+    held = np.repeat(np.arange(len(keys)), spans)  # a (group, key) pair each
+    nth = np.arange(len(held)) - np.repeat(np.cumsum(spans) - spans, spans)
+    groups = first[held] + nth
+    order = np.argsort(groups, kind="stable")
+    groups, held = groups[order], held[order]
+    cuts = np.flatnonzero(np.diff(groups)) + 1
+    return {
+        int(g[0]): k.astype(np.int64)
+        for g, k in zip(np.split(groups, cuts), np.split(held, cuts), strict=True)
+    }
 
 
-def _filtered(file: Any, found: bloom.Filter | None, probe: Probe, counts: ReadCounts) -> Probe:
-    """The keys of `probe` a column chunk's Bloom filter (`found`) may hold (all if none)."""
-    if found is None:
-        return probe
-    blocks = found.block_of(probe.hashes)
-    wanted = np.unique(blocks)
+def _filtered(
+    file: Any,
+    footer: _Footer,
+    position: int,
+    probe: Probe,
+    candidates: dict[int, Positions],
+    counts: ReadCounts,
+) -> dict[int, Positions]:
+    """Of each candidate group's keys, those its Bloom filter may hold (all of them in a group
+    without one): the filter blocks of every (group, key) pair are read together, in one read
+    per run of adjacent blocks."""
+    kept: dict[int, Positions] = {}
+    probed: list[tuple[int, Positions, bloom.Filter]] = []
+    for group, keys in candidates.items():
+        found = footer.filter(file, group, position)
+        if found is None:
+            kept[group] = keys
+        else:
+            probed.append((group, keys, found))
+    if not probed:
+        return kept
+    hashes = np.concatenate([probe.hashes[keys] for _, keys, _ in probed])
+    offsets = np.concatenate(
+        [f.offset + f.block_of(probe.hashes[keys]) * bloom.BLOCK_BYTES for _, keys, f in probed]
+    )
+    wanted = np.unique(offsets)
     counts.filter_blocks += len(wanted)
-    words = bloom.read_blocks(file, found, wanted)
-    keep = bloom.may_contain(words[np.searchsorted(wanted, blocks)], probe.hashes)
-    index = np.flatnonzero(keep)
-    return Probe(probe.values.take(pa.array(index)), probe.hashes[index], probe.numeric)
+    words = bloom.read_blocks_at(file, wanted)
+    maybe = bloom.may_contain(words[np.searchsorted(wanted, offsets)], hashes)
+    start = 0
+    for group, keys, _ in probed:
+        here = maybe[start : start + len(keys)]
+        start += len(keys)
+        if here.any():
+            kept[group] = keys[here]
+    return kept
 
 
 def _column_position(metadata: pq.FileMetaData, column: str) -> int:
