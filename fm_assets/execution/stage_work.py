@@ -20,7 +20,7 @@ from fm_assets.settings import Settings
 from fm_assets.stages.base import Stage
 from fm_assets.stages.image_text.dedup import ImageDedupStage
 from fm_assets.stages.image_text.score import ScoreStage
-from fm_assets.stages.neardup import NearDupStage
+from fm_assets.stages.near_dedup import NearDupStage
 from fm_assets.stages.raw import RawStage
 from fm_assets.storage import catalog
 from fm_assets.storage.data_files import plan_files, table_handle

@@ -9,7 +9,7 @@ shingle files. A batch of one slice and at most `ONE_TASK_ROWS` documents is dec
 rows are: one task reads the slice once, decides against the namespace's index (read by band
 and by bucket as the spread path reads it) and writes the slice's documents and one index
 file of its band hashes and shingle sets. Same functions, same inputs: the same detections
-(`tests/test_neardup_paths.py`)."""
+(`tests/test_near_dedup_paths.py`)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from fm_assets.execution.near_dedup.tasks import (
 from fm_assets.execution.near_dedup.writes import band_rows, shingle_set_rows, write_rows
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome
 from fm_assets.settings import Settings
-from fm_assets.stages.neardup import NearDupStage
+from fm_assets.stages.near_dedup import NearDupStage
 from fm_assets.storage.data_files import TableHandle, plan_handle, read_files
 
 # Up to this many documents (and one slice) a batch is decided in one task. A one-slice batch

@@ -41,7 +41,7 @@ from fm_assets.execution.near_dedup.writes import write_index_rows, write_slice
 from fm_assets.execution.planning import table_slices, task_groups
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome
 from fm_assets.settings import Settings
-from fm_assets.stages.neardup import NearDupStage
+from fm_assets.stages.near_dedup import NearDupStage
 from fm_assets.storage.data_files import TableHandle, plan_handle, table_handle
 
 MAX_ROUTES = 64

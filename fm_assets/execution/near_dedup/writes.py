@@ -18,7 +18,7 @@ from fm_assets.execution.near_dedup.layout import BANDS, SETS, sort_rows, write_
 from fm_assets.execution.near_dedup.tasks import BAND_ROWS, SHINGLES
 from fm_assets.execution.planning import tables_by_part
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, write_result
-from fm_assets.stages.neardup import NearDupStage
+from fm_assets.stages.near_dedup import NearDupStage
 from fm_assets.storage.data_files import TableHandle, read_files
 
 
