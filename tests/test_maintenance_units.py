@@ -137,7 +137,7 @@ def test_metadata_files_that_fell_off_the_log_are_deleted(fm_settings: Settings)
 def test_maintenance_takes_the_locks_the_index_writers_hold() -> None:
     from fm_assets.execution.runner import NAMESPACE_WIDE
     from fm_assets.stages.image_text.dedup import ImageDedupStage
-    from fm_assets.stages.neardup import NearDupStage
+    from fm_assets.stages.near_dedup import NearDupStage
     from fm_assets.stages.raw import RawStage
 
     assert {

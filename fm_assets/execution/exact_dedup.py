@@ -4,9 +4,9 @@ duplicates by hash-partitioned work, never on the driver.
     split    large files cut at record boundaries (one reading task per splittable large file)
     scan     per slice of parts: item counts, and each kept record's hash, sent to its bucket
     decide   per bucket: first occurrence wins (a record another batch of the same data namespace
-             already indexed, through the pruned `document_index` bucket of that namespace,
-             then the batch's own order); writes the
-             bucket's index rows; routes duplicates back
+             already indexed, looked up by its hash in that namespace's `document_index`
+             bucket, reading only the rows of the bucket's hashes: `exact_dedup_index`; then
+             the batch's own order); writes the bucket's index rows; routes duplicates back
     read     per slice: parse again, quarantine the duplicates, write the data files
 
 The driver holds part and file lists, counts and object references; rows move worker to worker.
@@ -21,6 +21,7 @@ import pyarrow as pa
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
 
+from fm_assets.execution import exact_dedup_index
 from fm_assets.execution.compute import Progress, remote, run_tasks
 from fm_assets.execution.planning import (
     balanced_groups,
@@ -35,7 +36,7 @@ from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, write_result
 from fm_assets.settings import Settings
 from fm_assets.stages.raw import CANDIDATES, PartScan, RawStage, record_id_for
 from fm_assets.storage import catalog, schemas
-from fm_assets.storage.data_files import TableHandle, plan_files, read_files, write_files
+from fm_assets.storage.data_files import TableHandle, plan_files
 from fm_assets.storage.landing import BatchManifest
 from fm_assets.storage.objectstore import open_object_store
 
@@ -249,30 +250,6 @@ def _decide(
     *candidate_tables: pa.Table,
 ) -> tuple[Any, ...]:
     """Decide one bucket's duplicates (on a worker); write its index rows; route duplicates back."""
-    # The files hold this batch's own rows too when an earlier run of it committed some (a
-    # rerun, or an attempt killed after its index commit): a scan cannot prune "batch_id !=" by
-    # file statistics. Those rows are not "kept before"; the rows themselves are filtered.
-    others = (
-        read_files(
-            index,
-            other_files,
-            ("doc_id", "batch_id", "record_id"),
-            row_filter=catalog.where_not_equal("batch_id", batch_id),
-        )
-        if other_files
-        else None
-    )
-    kept_before = (
-        {
-            d: f"{b}/{r}"
-            for d, b, r in zip(
-                *(others.column(c).to_pylist() for c in ("doc_id", "batch_id", "record_id")),
-                strict=True,
-            )
-        }
-        if others is not None
-        else {}
-    )
     sha_of = dict(
         zip(where.column("part").to_pylist(), where.column("file_sha256").to_pylist(), strict=True)
     )
@@ -284,6 +261,10 @@ def _decide(
     )
     rows = pa.concat_tables(candidate_tables) if candidate_tables else CANDIDATES.empty_table()
     rows = rows.sort_by([("part", "ascending"), ("item", "ascending")])
+    # Only the index rows of the bucket's candidates' hashes are read (`exact_dedup_index`).
+    kept_before = exact_dedup_index.kept_before(
+        index, other_files, rows.column("doc_id").combine_chunks(), batch_id
+    )
     winners: dict[str, str] = {}
     duplicates: list[list[dict[str, object]]] = [[] for _ in range(routes)]
     for doc_id, part, item in zip(
@@ -304,7 +285,9 @@ def _decide(
         },
         schema=schemas.DOCUMENT_INDEX,
     )
-    files = write_files(index, index_rows, write_id, 1_000_000 + bucket)
+    files = exact_dedup_index.write_index_rows(
+        index, index_rows, bucket, write_id, 1_000_000 + bucket
+    )
     return (files, *[pa.Table.from_pylist(d, schema=_DUPLICATES) for d in duplicates])
 
 

@@ -22,7 +22,7 @@ from fm_assets.stages.base import Stage
 from fm_assets.stages.decontaminate import DecontaminateStage
 from fm_assets.stages.extract import ExtractStage
 from fm_assets.stages.language import LanguageStage
-from fm_assets.stages.neardup import NearDupStage
+from fm_assets.stages.near_dedup import NearDupStage
 from fm_assets.stages.normalize import NormalizeStage
 from fm_assets.stages.pii import PiiStage
 from fm_assets.stages.quality import QualityFilterStage, QualityScoreStage, rules_json

@@ -37,7 +37,7 @@ from fm_assets.settings import Settings
 from fm_assets.stages.base import Stage
 from fm_assets.stages.image_text.dedup import ImageDedupStage
 from fm_assets.stages.image_text.raw import RawPairsStage
-from fm_assets.stages.neardup import NearDupStage
+from fm_assets.stages.near_dedup import NearDupStage
 from fm_assets.stages.raw import RawStage
 from fm_assets.storage import catalog
 from fm_assets.storage.batch_history import may_hold_rows

@@ -13,14 +13,14 @@ from pyiceberg.manifest import DataFile
 from fm_assets.execution.compute import Progress, planning_cpus, ray_gpus, remote, run_tasks
 from fm_assets.execution.exact_dedup import run_raw
 from fm_assets.execution.image_dedup import run_image_dedup
-from fm_assets.execution.near_dedup import run_near_dedup
+from fm_assets.execution.near_dedup.run import run_near_dedup
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, process_files
 from fm_assets.execution.table_ranges import range_slices
 from fm_assets.settings import Settings
 from fm_assets.stages.base import Stage
 from fm_assets.stages.image_text.dedup import ImageDedupStage
 from fm_assets.stages.image_text.score import ScoreStage
-from fm_assets.stages.neardup import NearDupStage
+from fm_assets.stages.near_dedup import NearDupStage
 from fm_assets.stages.raw import RawStage
 from fm_assets.storage import catalog
 from fm_assets.storage.data_files import plan_files, table_handle

@@ -14,11 +14,10 @@ def warm_worker() -> None:
     from fm_assets.curation.minhash.signatures import MinHashConfig, sketch
     from fm_assets.execution import (  # noqa: F401  (imported to be loaded, not used)
         exact_dedup,
-        near_dedup_tasks,
-        near_dedup_writes,
         pipeline,
         slice_tasks,
     )
+    from fm_assets.execution.near_dedup import tasks, writes  # noqa: F401
 
     sketch(["a warm worker primes its shingling and permutation tables"], MinHashConfig())
     from fm_assets.execution.heap import freeze_long_lived

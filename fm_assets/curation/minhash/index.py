@@ -39,7 +39,7 @@ NEARDUP_INDEX_SCHEMA = pa.schema(
 # Set on a `neardup_index` table whose kept documents' shingle sets are its own rows of negative
 # band. Tables this version creates carry it; an older one gets it when the separate
 # `neardup_shingles` table of the versions before has been moved in
-# (`execution.near_dedup_migration`).
+# (`execution.near_dedup.migration`).
 SHINGLE_SETS_PROPERTY = "fm.shingle-sets"
 SHINGLE_SETS_IN_INDEX = "index-rows"
 
@@ -51,12 +51,12 @@ def shingle_set_band(bucket: int) -> int:
 
 # The near-duplicate index of one data namespace: band hashes and shingle sets of every kept
 # document of every batch landed into it (each namespace keeps its own, like every table naming
-# documents). Unpartitioned, so that the small files of many batches can be compacted into one
-# (`near_dedup_compaction`): each file is sorted by band (shingle-set rows first, by bucket and
-# document id), and a scan for one band, or for the shingle sets of some buckets, skips the
-# files (and row groups) whose band statistics exclude it. Files of older platform versions sit
-# under the (batch_id, band) spec until compaction rewrites them; their band-0 rows may carry
-# the document's shingle set.
+# documents). Unpartitioned, so that the small files of many batches can be compacted into
+# one (`execution.near_dedup.compaction`): each file is sorted by band (shingle-set rows
+# first, by bucket and document id), and a scan for one band, or for the shingle sets of
+# some buckets, skips the files (and row groups) whose band statistics exclude it. Files of
+# older platform versions sit under the (batch_id, band) spec until compaction rewrites them;
+# their band-0 rows may carry the document's shingle set.
 declare(
     TableSpec(
         "neardup_index",

@@ -54,7 +54,7 @@ from fm_assets.storage.maintenance.tables import TableRef, load
 from fm_loader.storage.retry import with_retries
 
 # Readers of these tables skip row groups by column statistics: merged rows keep that order.
-SORTED_BY = {"image_index": ("chunk", "value")}
+SORTED_BY = {"image_index": ("chunk", "value"), "document_index": ("doc_id",)}
 # Near dedup compacts its index itself, sorted its own way, under its namespace lock.
 COMPACTS_ITSELF = frozenset({"neardup_index"})
 # Tables whose current snapshot ids are part of a content key (`contamination.store

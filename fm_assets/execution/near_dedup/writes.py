@@ -1,6 +1,7 @@
 """The Ray tasks that write a near-dedup decision: the kept documents' band hashes and shingle
-sets into the namespace's index (`neardup_index`), one data file per task, sorted by band; and
-each slice's documents into the stage's tables. `execution.near_dedup` orchestrates them."""
+sets into the namespace's index (`neardup_index`), in the files of its layout (`layout`: one
+file of each kind per task, sorted by key); and each slice's documents into the stage's
+tables. `execution.near_dedup.run` orchestrates them."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import pyarrow.compute as pc
 from pyiceberg.table import FileScanTask
 
 from fm_assets.curation.minhash.signatures import MinHashConfig
-from fm_assets.execution.near_dedup_tasks import BAND_ROWS, SHINGLES
+from fm_assets.execution.near_dedup.layout import BANDS, SETS, sort_rows, write_index_files
+from fm_assets.execution.near_dedup.tasks import BAND_ROWS, SHINGLES
 from fm_assets.execution.planning import tables_by_part
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome, write_result
-from fm_assets.stages.neardup import NearDupStage
-from fm_assets.storage.data_files import TableHandle, read_files, write_files
+from fm_assets.stages.near_dedup import NearDupStage
+from fm_assets.storage.data_files import TableHandle, read_files
 
 
 def _kept_rows(
@@ -54,8 +56,8 @@ def band_rows(
     *band_tables: pa.Table,
 ) -> pa.Table:
     """This batch's band rows of `neardup_index` for a group of bands (`band_tables`: each
-    band's slice tables in turn): its kept documents' band hashes, sorted by band (then hash),
-    so a reader of one band reads only the row groups holding it."""
+    band's slice tables in turn): its kept documents' band hashes, sorted by hash, as a file
+    of band rows keeps them (`layout`)."""
     rows = _kept_rows(bands, band_tables, BAND_ROWS, "band", duplicates, preexisting)
     n = rows.num_rows
     table = pa.table(
@@ -68,8 +70,7 @@ def band_rows(
             "index_config": pa.array([config.index_config] * n, pa.string()),
         }
     )
-    # A stable sort: rows of equal hash keep their slice order, as before.
-    return table.sort_by([("band", "ascending"), ("band_hash", "ascending")])
+    return sort_rows(table, BANDS)
 
 
 def shingle_set_rows(
@@ -82,7 +83,7 @@ def shingle_set_rows(
 ) -> pa.Table:
     """This batch's shingle-set rows of `neardup_index` for a group of buckets (`bucket_tables`:
     each bucket's slice tables in turn): its kept documents' shingle sets, one row each under
-    band `shingle_set_band(bucket)`, sorted by band, then document id."""
+    band `shingle_set_band(bucket)`, sorted by document id."""
     rows = _kept_rows(buckets, bucket_tables, SHINGLES, "bucket", duplicates, preexisting)
     batch_ids = pa.array([batch_id] * rows.num_rows, pa.string())
     return as_shingle_set_rows(batch_ids, rows, config)
@@ -90,7 +91,7 @@ def shingle_set_rows(
 
 def as_shingle_set_rows(batch_ids: Any, rows: pa.Table, config: MinHashConfig) -> pa.Table:
     """Index rows of shingle sets (`rows`: doc_id, bucket, shingle_hashes; `batch_ids` beside
-    them), each under band `shingle_set_band(bucket)`, sorted by band, then document id."""
+    them), each under band `shingle_set_band(bucket)`, sorted by document id."""
     n = rows.num_rows
     table = pa.table(
         {
@@ -103,13 +104,12 @@ def as_shingle_set_rows(batch_ids: Any, rows: pa.Table, config: MinHashConfig) -
             "index_config": pa.array([config.index_config] * n, pa.string()),
         }
     )
-    return table.sort_by([("band", "ascending"), ("doc_id", "ascending")])
+    return sort_rows(table, SETS)
 
 
-# What `write_index_rows` writes: band-hash rows of a group of bands, or shingle-set rows of a
-# group of buckets; and the first task number of each kind (file names differ by kind).
-BAND_HASHES, SHINGLE_SETS = "band hashes", "shingle sets"
-_ROWS_OF = {BAND_HASHES: (band_rows, 2_000_000), SHINGLE_SETS: (shingle_set_rows, 3_000_000)}
+# What `write_index_rows` writes: band-hash rows of a group of bands (`layout.BANDS`), or
+# shingle-set rows of a group of buckets (`layout.SETS`).
+_ROWS_OF = {BANDS: band_rows, SETS: shingle_set_rows}
 
 
 def write_index_rows(
@@ -124,12 +124,11 @@ def write_index_rows(
     *tables: pa.Table,
 ) -> list[Any]:
     """This batch's index rows of one `kind` for a group of bands or buckets (`parts`; `tables`:
-    each part's slice tables in turn), written as one data file of the index (a Ray task)."""
+    each part's slice tables in turn), written as data files of the index (a Ray task)."""
     if not parts:
         return []
-    make_rows, first_task = _ROWS_OF[kind]
-    rows = make_rows(parts, batch_id, config, duplicates, preexisting, *tables)
-    return write_files(index, rows, write_id, first_task + parts[0])
+    rows = _ROWS_OF[kind](parts, batch_id, config, duplicates, preexisting, *tables)
+    return write_index_files(index, rows, kind, write_id, parts[0])
 
 
 def write_slice(

@@ -11,7 +11,7 @@ shingle bucket) at a time.
     write     per slice its documents; per band group its index rows; per bucket group its
               documents' shingle sets (index rows too, under negative bands)
 
-A batch of one small slice runs the same steps in one task instead (`near_dedup_small`).
+A batch of one small slice runs the same steps in one task instead (`one_task`).
 
 The driver holds file lists, counts and object references; rows move worker to worker.
 """
@@ -26,28 +26,23 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
 
 from fm_assets.execution.compute import Progress, get, remote, run_tasks
-from fm_assets.execution.near_dedup_compaction import compact
-from fm_assets.execution.near_dedup_migration import with_shingle_sets_in_index
-from fm_assets.execution.near_dedup_small import decided_in_one_task, run_in_one_task
-from fm_assets.execution.near_dedup_tasks import (
+from fm_assets.execution.near_dedup.compaction import compacted
+from fm_assets.execution.near_dedup.layout import BANDS, SETS
+from fm_assets.execution.near_dedup.migration import with_shingle_sets_in_index
+from fm_assets.execution.near_dedup.one_task import decided_in_one_task, run_in_one_task
+from fm_assets.execution.near_dedup.tasks import (
     SHINGLE_BUCKETS,
     band_candidates,
     confirm_pairs,
-    files_holding,
     resolve,
     sketch_slice,
 )
-from fm_assets.execution.near_dedup_writes import (
-    BAND_HASHES,
-    SHINGLE_SETS,
-    write_index_rows,
-    write_slice,
-)
+from fm_assets.execution.near_dedup.writes import write_index_rows, write_slice
 from fm_assets.execution.planning import table_slices, task_groups
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome
 from fm_assets.settings import Settings
-from fm_assets.stages.neardup import NearDupStage
-from fm_assets.storage.data_files import TableHandle, table_handle
+from fm_assets.stages.near_dedup import NearDupStage
+from fm_assets.storage.data_files import TableHandle, plan_handle, table_handle
 
 MAX_ROUTES = 64
 # Rows one grouped task takes at most: band rows are ~100 bytes (hash, position, id), shingle
@@ -94,7 +89,9 @@ def run_near_dedup(
         # compacts and plans them (a scan of every manifest of the table) while the workers
         # sketch. The plan holds this batch's own rows only on a rerun, and the readers skip
         # them by `batch_id`.
-        planned = planner.submit(compact, settings, "neardup_index", namespace, progress)
+        planned = planner.submit(
+            lambda: plan_handle(compacted(settings, "neardup_index", namespace, progress))
+        )
         rows_in = sum(run_tasks(submit_sketch, len(slices), progress=progress, label="sketch"))
         other_index = planned.result()
 
@@ -103,20 +100,21 @@ def run_near_dedup(
     band_groups = task_groups(bands, cpus, rows_in, BAND_ROWS_PER_TASK)
     bucket_groups = task_groups(SHINGLE_BUCKETS, cpus, rows_in, SHINGLE_ROWS_PER_TASK)
     candidates = remote(band_candidates, num_returns=1 + routes)
+    # The index's files: put once, shared by every task that looks up rows in them (each reads
+    # only the row groups holding its keys).
+    stored = ray.put(other_index)
     paired: list[list[Any]] = [  # type: ignore[misc]
         candidates.remote(
             group,
             index,
-            files_holding(index, other_index, "band", group),
+            stored,
             batch_id,
             routes,
+            number == 0,  # one task looks up which documents are indexed already
             *[refs[1 + b] for b in group for refs in sketched],
         )
-        for group in band_groups
+        for number, group in enumerate(band_groups)
     ]
-    # Files of other batches' shingle sets (their rows of negative band, or band-0 rows of
-    # older versions): put once, shared by every confirming task.
-    stored = ray.put(files_holding(index, other_index, "band", [-SHINGLE_BUCKETS, 0]))
     shingle_refs = [[refs[1 + bands + k] for k in range(SHINGLE_BUCKETS)] for refs in sketched]
     confirm = remote(confirm_pairs)
     confirmed = [
@@ -143,9 +141,9 @@ def run_near_dedup(
         if task < first_slice:
             # A band group's band-hash rows, or a bucket group's shingle sets (1 + bands + k).
             kind, group, offset = (
-                (BAND_HASHES, band_groups[task], 1)
+                (BANDS, band_groups[task], 1)
                 if task < first_bucket
-                else (SHINGLE_SETS, bucket_groups[task - first_bucket], 1 + bands)
+                else (SETS, bucket_groups[task - first_bucket], 1 + bands)
             )
             return index_writer.remote(
                 index,

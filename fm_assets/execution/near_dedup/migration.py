@@ -27,7 +27,8 @@ from pyiceberg.table import FileScanTask
 from fm_assets.curation.minhash.index import SHINGLE_SETS_IN_INDEX, SHINGLE_SETS_PROPERTY
 from fm_assets.curation.minhash.signatures import MinHashConfig
 from fm_assets.execution.compute import Progress, get, remote
-from fm_assets.execution.near_dedup_writes import as_shingle_set_rows
+from fm_assets.execution.near_dedup.layout import SETS, write_index_files
+from fm_assets.execution.near_dedup.writes import as_shingle_set_rows
 from fm_assets.execution.planning import files_by_rows
 from fm_assets.settings import Settings
 from fm_assets.storage import catalog
@@ -36,7 +37,6 @@ from fm_assets.storage.data_files import (
     commit_files,
     read_files,
     table_handle,
-    write_files,
 )
 from fm_assets.storage.transactions import transaction
 from fm_loader.storage.retry import with_retries
@@ -105,7 +105,7 @@ def move_shingle_sets(
     for number, group in enumerate(files_by_rows(files, MOVE_ROWS_AT_ONCE)):
         rows = read_files(old, group)
         converted = as_shingle_set_rows(rows.column("batch_id"), rows, config)
-        written += write_files(index, converted, write_id, 5_000_000 + number)
+        written += write_index_files(index, converted, SETS, write_id, 5_000_000 + number)
     return written
 
 

@@ -2,7 +2,7 @@
 the same data namespace.
 
 The decision needs the whole batch and its namespace's index, so the runner makes it with
-band-partitioned Ray work (`execution.near_dedup`) and hands each slice its verdicts; `apply`
+band-partitioned Ray work (`execution.near_dedup.run`) and hands each slice its verdicts; `apply`
 turns them into kept rows and quarantine rows. `process` decides a table on its own (no other
 batch), for tools and tests. Batches are serialised at this stage (the Dagster pool `neardup`,
 limit 1), so two batches never both keep a near-duplicate pair.

@@ -1,4 +1,4 @@
-"""The near-duplicate stage on a small batch: the very steps of `execution.near_dedup` (sketch,
+"""The near-duplicate stage on a small batch: the very steps of `execution.near_dedup.run` (sketch,
 candidates, confirm, resolve, write), called one after another inside a single Ray task.
 
 Spread over the cluster, a batch goes through five dependent rounds of tasks (eight tasks on
@@ -9,7 +9,7 @@ shingle files. A batch of one slice and at most `ONE_TASK_ROWS` documents is dec
 rows are: one task reads the slice once, decides against the namespace's index (read by band
 and by bucket as the spread path reads it) and writes the slice's documents and one index
 file of its band hashes and shingle sets. Same functions, same inputs: the same detections
-(`tests/test_neardup_paths.py`)."""
+(`tests/test_near_dedup_paths.py`)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,11 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
 
 from fm_assets.execution.compute import Progress, remote, run_tasks
-from fm_assets.execution.near_dedup_compaction import compacted
-from fm_assets.execution.near_dedup_lookup import other_batches_rows
-from fm_assets.execution.near_dedup_migration import with_shingle_sets_in_index
-from fm_assets.execution.near_dedup_tasks import (
+from fm_assets.execution.near_dedup.compaction import compacted
+from fm_assets.execution.near_dedup.index_reads import indexed_elsewhere, other_batches_rows
+from fm_assets.execution.near_dedup.layout import BANDS, SETS, distinct, write_index_files
+from fm_assets.execution.near_dedup.migration import with_shingle_sets_in_index
+from fm_assets.execution.near_dedup.tasks import (
     CONFIRMED,
     SHINGLE_BUCKETS,
     candidates_among,
@@ -32,11 +33,11 @@ from fm_assets.execution.near_dedup_tasks import (
     resolve,
     sketch_rows,
 )
-from fm_assets.execution.near_dedup_writes import band_rows, shingle_set_rows, write_rows
+from fm_assets.execution.near_dedup.writes import band_rows, shingle_set_rows, write_rows
 from fm_assets.execution.slice_tasks import Outputs, SliceOutcome
 from fm_assets.settings import Settings
-from fm_assets.stages.neardup import NearDupStage
-from fm_assets.storage.data_files import TableHandle, plan_handle, read_files, write_files
+from fm_assets.stages.near_dedup import NearDupStage
+from fm_assets.storage.data_files import TableHandle, plan_handle, read_files
 
 # Up to this many documents (and one slice) a batch is decided in one task. A one-slice batch
 # is sketched by one task on either path; what spreading still buys (two band groups and the
@@ -114,22 +115,27 @@ def decide_one_slice(
     bucket_tables = list(sketched[1 + config.bands :])
     index_plan = plan_handle(index)
     earlier = other_batches_rows(index, index_plan, bands, batch_id, band_tables)
-    preexisting, pairs = candidates_among(bands, earlier, batch_id, 1, *band_tables)
+    doc_ids = distinct(list(band_tables), "doc_id", pa.string())
+    indexed = indexed_elsewhere(index, index_plan, doc_ids, batch_id)
+    preexisting, pairs = candidates_among(bands, earlier, indexed, batch_id, 1, *band_tables)
     confirmed = (
         confirm_pairs(0, config, [bucket_tables], index, index_plan, pairs)
         if pairs.num_rows
         else CONFIRMED.empty_table()
     )
     duplicates, _ = resolve([preexisting], confirmed)
-    # One file of the index for both kinds of row: shingle sets (negative bands) first, then
-    # band hashes, so the file is sorted by band as the spread path's files are.
+    # A file of each kind of row, as the spread path's tasks write them (`layout`).
     kept = (duplicates, [preexisting])
-    rows = pa.concat_tables(
-        [
-            shingle_set_rows(range(SHINGLE_BUCKETS), batch_id, config, *kept, *bucket_tables),
+    sets = shingle_set_rows(range(SHINGLE_BUCKETS), batch_id, config, *kept, *bucket_tables)
+    index_files = [
+        *write_index_files(index, sets, SETS, outputs.write_id, 0),
+        *write_index_files(
+            index,
             band_rows(bands, batch_id, config, *kept, *band_tables),
-        ]
-    )
-    index_files = write_files(index, rows, outputs.write_id, 2_000_000)
+            BANDS,
+            outputs.write_id,
+            0,
+        ),
+    ]
     outcome = write_rows(stage, batch, tasks, 0, duplicates, outputs)
     return OneTaskResult(outcome, index_files)

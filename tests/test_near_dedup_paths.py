@@ -1,5 +1,5 @@
-"""The near-dup stage decides a small batch in one Ray task (`near_dedup_small`) and a larger
-one spread over the cluster (`near_dedup`). On the same batches both paths quarantine the same
+"""The near-dup stage decides a small batch in one Ray task (`near_dedup.one_task`) and a larger
+one spread over the cluster (`near_dedup.run`). On the same batches both paths quarantine the same
 documents as copies of the same partners, keep the same documents and write the same index
 rows and shingle sets; a batch over the one-task limit takes the spread path.
 
@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
-from fm_assets.execution import near_dedup, near_dedup_small, pipeline
-from fm_assets.execution.near_dedup_tasks import shingle_bucket
+from fm_assets.execution import pipeline
+from fm_assets.execution.near_dedup import one_task as near_dedup_small
+from fm_assets.execution.near_dedup import run as near_dedup
+from fm_assets.execution.near_dedup.tasks import shingle_bucket
 from fm_assets.execution.runner import run_stage
 from fm_assets.settings import load_settings
 from fm_assets.storage import catalog

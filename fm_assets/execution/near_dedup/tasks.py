@@ -1,4 +1,4 @@
-"""The Ray tasks of distributed near-deduplication; `execution.near_dedup` orchestrates them.
+"""The Ray tasks of distributed near-deduplication; `execution.near_dedup.run` orchestrates them.
 
 Positions: a document's place in the batch order is `slice << 32 | row`, so sorting positions
 sorts the batch as the slices read it. A document is *active* when it has shingles; only active
@@ -12,15 +12,17 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.table import FileScanTask
 
-from fm_assets.curation.minhash.index import shingle_set_band
 from fm_assets.curation.minhash.signatures import MinHashConfig, jaccard, sketch
-from fm_assets.execution.near_dedup_lookup import other_batches_rows
+from fm_assets.execution.near_dedup.index_reads import (
+    indexed_elsewhere,
+    other_batches_rows,
+    stored_shingles,
+)
+from fm_assets.execution.near_dedup.layout import distinct
 from fm_assets.execution.planning import tables_by_part
-from fm_assets.storage import catalog
-from fm_assets.storage.data_files import TableHandle, read_files, value_range
+from fm_assets.storage.data_files import TableHandle, read_files
 
 SHINGLE_BUCKETS = 16
 # A band hash shared by a huge cluster of a batch's documents would make quadratic pairs; each
@@ -105,24 +107,44 @@ def band_candidates(
     other_files: Sequence[FileScanTask],
     batch_id: str,
     routes: int,
+    check_indexed: bool,
     *tables: pa.Table,
 ) -> tuple[Any, ...]:
     """Candidate pairs of a group of bands (`tables`: each band's slice tables in turn, band by
-    band; `other_files`: the index files of other batches that hold any of these bands, each
-    read once for the whole group): (preexisting positions, then pairs routed by the slice of
-    `pos`), the bands' answers merged."""
+    band; `other_files`: the index's files, of which only the row groups holding the batch's
+    band hashes are read): (preexisting positions, then pairs routed by the slice of `pos`),
+    the bands' answers merged. The task that `check_indexed` also looks up which of the
+    batch's documents another batch indexed already (one task does, for all bands)."""
     earlier = other_batches_rows(others, other_files, bands, batch_id, tables)
-    return candidates_among(bands, earlier, batch_id, routes, *tables)
+    indexed = (
+        indexed_elsewhere(
+            others, other_files, distinct(list(tables), "doc_id", pa.string()), batch_id
+        )
+        if check_indexed
+        else set()
+    )
+    return candidates_among(bands, earlier, indexed, batch_id, routes, *tables)
 
 
 def candidates_among(
-    bands: Sequence[int], earlier: pa.Table, batch_id: str, routes: int, *tables: pa.Table
+    bands: Sequence[int],
+    earlier: pa.Table,
+    indexed: set[str],
+    batch_id: str,
+    routes: int,
+    *tables: pa.Table,
 ) -> tuple[Any, ...]:
-    """`band_candidates` given other batches' rows of the bands (`other_batches_rows`)."""
+    """`band_candidates` given other batches' rows sharing the bands' hashes
+    (`other_batches_rows`) and the batch's documents other batches indexed (`indexed`)."""
     band_of_row = earlier.column("band").to_numpy()
     found = [
         _one_band_candidates(
-            band, earlier.filter(pa.array(band_of_row == band)), batch_id, routes, *band_tables
+            band,
+            earlier.filter(pa.array(band_of_row == band)),
+            indexed,
+            batch_id,
+            routes,
+            *band_tables,
         )
         for band, band_tables in tables_by_part(bands, tables)
     ]
@@ -137,19 +159,19 @@ def candidates_among(
 def _one_band_candidates(
     band: int,
     earlier: pa.Table,
+    indexed: set[str],
     batch_id: str,
     routes: int,
     *tables: pa.Table,
 ) -> tuple[Any, ...]:
-    """Candidate pairs sharing one band's hash (`earlier`: other batches' rows of the band):
-    (this batch's preexisting positions, then pairs routed by the slice of `pos`). A document
-    whose id another batch already indexed is *preexisting*: kept as it is, without new index
-    rows."""
+    """Candidate pairs sharing one band's hash (`earlier`: other batches' rows of the band
+    sharing one of its hashes): (this batch's preexisting positions, then pairs routed by the
+    slice of `pos`). A document whose id another batch already indexed (`indexed`) is
+    *preexisting*: kept as it is, without new index rows."""
     batch = pa.concat_tables(tables) if tables else BAND_ROWS.empty_table()
-    known = set(earlier.column("doc_id").to_pylist())
     ids = batch.column("doc_id").to_pylist()
     preexisting = sorted(
-        {p for p, d in zip(batch.column("pos").to_pylist(), ids, strict=True) if d in known}
+        {p for p, d in zip(batch.column("pos").to_pylist(), ids, strict=True) if d in indexed}
     )
     pairs: list[dict[str, object]] = []
     by_hash: dict[int, list[tuple[str, str]]] = {}
@@ -259,42 +281,6 @@ def confirm_pairs(
     return pa.Table.from_pylist(confirmed, schema=CONFIRMED)
 
 
-def stored_shingles(
-    index: TableHandle, files: Sequence[FileScanTask], doc_ids: Sequence[str]
-) -> dict[str, np.ndarray[Any, Any]]:
-    """Shingle sets of documents of other batches, from the index's `files`: their shingle-set
-    rows, reading only the files (and row groups) whose bands hold the documents' buckets; or,
-    for documents indexed by platform versions before those rows, their band-0 rows."""
-    if not doc_ids:
-        return {}
-    wanted = set(doc_ids)
-    bands = sorted({shingle_set_band(shingle_bucket(d)) for d in wanted} | {0})
-    chosen = [f for f in files if _may_hold(value_range(index, f, "band"), bands)]
-    table = read_files(
-        index,
-        chosen,
-        ("doc_id", "shingle_hashes"),
-        catalog.where_all(
-            catalog.where_in("band", bands), catalog.where_in("doc_id", sorted(wanted))
-        ),
-    )
-    # A band-0 row holds a shingle set only if an older version wrote it.
-    table = table.filter(pc.is_valid(table.column("shingle_hashes")))
-    return {
-        doc: np.asarray(values, dtype=np.int64).view(np.uint64)
-        for doc, values in zip(
-            table.column("doc_id").to_pylist(),
-            table.column("shingle_hashes").to_numpy(zero_copy_only=False),
-            strict=True,
-        )
-    }
-
-
-def _may_hold(found: tuple[int, int] | None, wanted: Sequence[int]) -> bool:
-    """Whether a file whose values span `found` (None: unknown) may hold one of `wanted`."""
-    return found is None or any(found[0] <= w <= found[1] for w in wanted)
-
-
 def resolve(preexisting: Sequence[pa.Array], *confirmed: pa.Table) -> tuple[pa.Table, int]:
     """Decide the batch in order: a document is a duplicate of its best confirmed partner that is
     kept (another batch's, or an earlier kept one of this batch). Ties: another batch's document
@@ -333,17 +319,3 @@ def resolve(preexisting: Sequence[pa.Array], *confirmed: pa.Table) -> tuple[pa.T
         }
     table = pa.Table.from_pylist(list(duplicates.values()), schema=DUPLICATES)
     return table, table.num_rows
-
-
-def files_holding(
-    handle: TableHandle, files: list[FileScanTask], column: str, values: Sequence[int]
-) -> list[FileScanTask]:
-    """The files of one scan plan whose `column` (a partition, or the file's statistics: files
-    of the unpartitioned layout hold a range of bands) may hold one of `values`."""
-    low, high = min(values), max(values)
-    chosen = []
-    for task in files:
-        found = value_range(handle, task, column)
-        if found is None or (found[0] <= high and low <= found[1]):
-            chosen.append(task)
-    return chosen

@@ -25,8 +25,10 @@ from fm_assets.curation.minhash.index import (
     SHINGLE_SETS_PROPERTY,
     NearDupIndex,
 )
-from fm_assets.execution import near_dedup_compaction, near_dedup_small, pipeline
-from fm_assets.execution.near_dedup_migration import LEGACY_SCHEMA, LEGACY_TABLE
+from fm_assets.execution import pipeline
+from fm_assets.execution.near_dedup import compaction as near_dedup_compaction
+from fm_assets.execution.near_dedup import one_task as near_dedup_small
+from fm_assets.execution.near_dedup.migration import LEGACY_SCHEMA, LEGACY_TABLE
 from fm_assets.execution.runner import run_stage
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import catalog, data_files
@@ -87,7 +89,7 @@ class Home:
 
 
 # How many index files holding band rows one small batch's run writes: one from the one-task
-# path (`near_dedup_small`, its shingle sets in the same file), one per band group (a group per
+# path (`near_dedup.one_task`, its shingle sets in the same file), one per band group (a group per
 # CPU) when the work is spread (its shingle sets in files of their own, a bucket group's each).
 FILES_PER_BATCH = {"one_task": 1, "spread": 2}
 
@@ -104,8 +106,9 @@ def home(
     monkeypatch.setenv("FM_POLICY_FILE", str(tmp_path / "policies.toml"))
     if request.param == "spread":
         monkeypatch.setattr(near_dedup_small, "ONE_TASK_ROWS", 0)
-    # Two batches' files are enough to merge, on either path.
-    monkeypatch.setattr(near_dedup_compaction, "COMPACT_AT", 2 * FILES_PER_BATCH[request.param])
+    # Two batches' runs are enough to merge, on either path.
+    monkeypatch.setattr(near_dedup_compaction, "MERGE_AT", 2)
+    monkeypatch.setattr(near_dedup_compaction, "CHECK_AT", 2)
     made = Home(load_settings(), tmp_path, long_articles(20), FILES_PER_BATCH[request.param])
     made.policy(min_words=40)
     yield made
@@ -207,7 +210,7 @@ def test_an_index_of_the_old_layout_is_read_then_merged(
         [(c, near_copy(old_texts[k], i)) for i, (c, k) in enumerate(copies.items())]
         + articles[10:12],
     )
-    monkeypatch.setattr(near_dedup_compaction, "COMPACT_AT", 100)  # read the old files as such
+    monkeypatch.setattr(near_dedup_compaction, "CHECK_AT", 100)  # read the old files as such
     home.through_near_dedup(batch)
 
     found = _quarantined(home, batch)
@@ -221,7 +224,7 @@ def test_an_index_of_the_old_layout_is_read_then_merged(
 
     # The next batch's run merges the old files with the new: the index lists the old batch's
     # rows and the new batches', in files of the unpartitioned layout, and finds copies of both.
-    monkeypatch.setattr(near_dedup_compaction, "COMPACT_AT", 3)  # the old 14 and the new
+    monkeypatch.setattr(near_dedup_compaction, "CHECK_AT", 3)  # the old 14 and the new
     new_ids = _doc_ids(home, "raw_documents", batch)
     again = home.land(
         "next",
