@@ -53,17 +53,19 @@ def doomed_mask(rows: pa.Table, scope: PurgeScope) -> pa.Array:
     """Which of `rows` (any columns of any table) the purge removes."""
     names = set(rows.column_names)
     mask = pa.array([False] * rows.num_rows, pa.bool_())
+    # Id columns are string in stage tables and large_string in some index files: one type.
+    ids = {c: rows.column(c).cast(pa.string()) for c in ("batch_id", "doc_id") if c in names}
     if "batch_id" in names:
-        batch = rows.column("batch_id")
+        batch = ids["batch_id"]
         if scope.batches:
             hit = pc.is_in(batch, pa.array(sorted(scope.batches), pa.string()))
             mask = pc.or_(mask, pc.fill_null(hit, False))
         if scope.pairs and "doc_id" in names:
-            keys = pc.binary_join_element_wise(batch, rows.column("doc_id"), _SEP)
+            keys = pc.binary_join_element_wise(batch, ids["doc_id"], _SEP)
             wanted = pa.array(sorted(pair_key(b, d) for b, d in scope.pairs), pa.string())
             mask = pc.or_(mask, pc.fill_null(pc.is_in(keys, wanted), False))
     elif "doc_id" in names and scope.documents:
-        hit = pc.is_in(rows.column("doc_id"), pa.array(sorted(scope.documents), pa.string()))
+        hit = pc.is_in(ids["doc_id"], pa.array(sorted(scope.documents), pa.string()))
         mask = pc.or_(mask, pc.fill_null(hit, False))
     return mask
 
