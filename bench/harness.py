@@ -86,6 +86,19 @@ def tree_cpu_seconds() -> float:
     return sum(ticks.get(pid, 0) for pid in tree) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds every process on the machine has used so far, all cores (`/proc/stat`).
+
+    Less `tree_cpu_seconds()` over the same interval, it is what the machine's other tenants
+    took while a run ran: divided by the wall time, the cores they kept busy.
+    """
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal (guest time is counted in user already)
+    busy = sum(fields[:8]) - fields[3] - fields[4]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def tree_timed(fn: Callable[[], T]) -> tuple[T, float, float]:
     """fn()'s result, its wall seconds and the CPU seconds of the whole process tree."""
     cpu = tree_cpu_seconds()
