@@ -128,5 +128,19 @@ def test_report_gives_the_goal_verdict(growth: float, verdict: str) -> None:
     assert f"{(10.0 * growth + 1) / 11:.2f}× (goal ≤ 1.15×: {verdict})" in row
     timing = next(line for line in text.splitlines() if line.startswith("| 20 | 11–20 |"))
     assert f"{10.0 * growth + 1:.2f} " in timing
-    # 500 B over 10 batches, then 800 B over 20: 50 then 40 B per batch, bounded.
-    assert "0.1 kB at batch 10, 0.0 kB at batch 20 (met" in text
+
+
+@pytest.mark.parametrize(
+    ("kept_after", "verdict"),
+    [((1000, 2000, 3000), "met"), ((1000, 2000, 4000), "**NOT met**")],
+)
+def test_bounded_means_late_batches_add_no_more_than_early_ones(
+    kept_after: tuple[int, int, int], verdict: str
+) -> None:
+    records = [_record(b, 10.0) for b in range(1, 31)]
+    kept = [_maintenance(p, m) for p, m in zip((10, 20, 30), kept_after, strict=True)]
+    text = render(
+        "header", "machine", SequentialResult(records, kept, 20), (10, 20, 30), None, False
+    )
+    first, last = (kept_after[1] - kept_after[0]) / 10e3, (kept_after[2] - kept_after[1]) / 10e3
+    assert f"10→20: {first:.1f} kB, 20→30: {last:.1f} kB ({verdict}" in text
