@@ -4,6 +4,8 @@ runs and steps, the documents' uniqueness, and the catalog's split into metadata
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from bench.soak.at_once import max_overlap
 from bench.soak.corpus import document, sentence_pool
 from bench.soak.footprint import Footprint, footprint
 from bench.soak.points import points_for, ratio, slope, summarise, window
+from bench.soak.records import RecordLog
 from bench.soak.report import render
 from bench.soak.sequential import NEAR_DEDUP, BatchRecord, Maintenance, SequentialResult
 from bench.soak.timings import Event, RunTime, StageTime, run_time
@@ -144,3 +147,14 @@ def test_bounded_means_late_batches_add_no_more_than_early_ones(
     )
     first, last = (kept_after[1] - kept_after[0]) / 10e3, (kept_after[2] - kept_after[1]) / 10e3
     assert f"10→20: {first:.1f} kB, 20→30: {last:.1f} kB ({verdict}" in text
+
+
+def test_record_log_keeps_each_record_as_measured(tmp_path: Path) -> None:
+    path = tmp_path / "soak.batches.jsonl"
+    with RecordLog(path) as keep:
+        keep({"kind": "batch", **dataclasses.asdict(_record(1, 10.0))})
+        # Flushed at once: a run that dies later leaves what it measured.
+        assert json.loads(path.read_text())["run"]["stages"][0]["stage"] == NEAR_DEDUP
+        keep({"kind": "maintenance", **dataclasses.asdict(_maintenance(10, 500))})
+    kinds = [json.loads(line)["kind"] for line in path.read_text().splitlines()]
+    assert kinds == ["batch", "maintenance"]

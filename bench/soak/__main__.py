@@ -20,11 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.harness import RESULTS, RunStart, log, parser, rerun_command, write_report
-from bench.soak.at_once import run_at_once
+from bench.soak.at_once import AtOnceResult, run_at_once
 from bench.soak.corpus import sentence_pool
 from bench.soak.points import points_for
+from bench.soak.records import RecordLog
 from bench.soak.report import render
-from bench.soak.sequential import run_sequential
+from bench.soak.sequential import SequentialResult, run_sequential
 
 LIBRARIES = ("dagster", "pyiceberg", "ray", "pyarrow")
 CPUS = 2
@@ -40,21 +41,38 @@ def main(argv: Sequence[str] | None = None) -> None:
     cli.add_argument("--batches", type=int, default=None, help="one after another [500; quick 20]")
     cli.add_argument("--at-once", type=int, default=None, help="landed at once [200; quick 10]")
     cli.add_argument("--documents", type=int, default=20, help="documents per batch [20]")
+    cli.add_argument(
+        "--records",
+        type=Path,
+        default=None,
+        help="every batch's and maintenance's figures, a JSON line each as measured "
+        "[the output with .batches.jsonl]",
+    )
     args = cli.parse_args(argv)
     batches = args.batches or (20 if args.quick else 500)
     at_once = args.at_once if args.at_once is not None else (10 if args.quick else 200)
     points = points_for(batches, args.quick)
     run_start = RunStart.now(rerun_command(cli, argv))
+    records = args.records or args.output.with_suffix(".batches.jsonl")
     pool = sentence_pool()
+
+    def report(sequential: SequentialResult, together: AtOnceResult | None) -> None:
+        stamp = run_start.finish(LIBRARIES)
+        text = render(
+            stamp.header(), stamp.machine_line(), sequential, points, together, args.quick
+        )
+        write_report(args.output, text)
+
     with tempfile.TemporaryDirectory(prefix="fm-bench-soak-") as scratch:
         log(f"{batches} batches one after another (points {points}), then {at_once} at once")
-        sequential = run_sequential(Path(scratch), pool, batches, points, args.documents, CPUS)
-        together = (
-            run_at_once(Path(scratch), pool, at_once, args.documents, CPUS) if at_once else None
-        )
-    stamp = run_start.finish(LIBRARIES)
-    text = render(stamp.header(), stamp.machine_line(), sequential, points, together, args.quick)
-    write_report(args.output, text)
+        with RecordLog(records) as keep:
+            sequential = run_sequential(
+                Path(scratch), pool, batches, points, args.documents, CPUS, keep
+            )
+        # Part one's table now: hours of batches are not lost if part two fails.
+        report(sequential, None)
+        if at_once:
+            report(sequential, run_at_once(Path(scratch), pool, at_once, args.documents, CPUS))
 
 
 if __name__ == "__main__":

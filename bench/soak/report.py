@@ -131,8 +131,14 @@ def at_once_section(result: AtOnceResult) -> list[str]:
     return [
         f"## {result.batches} batches landed at once",
         "",
-        f"All {result.batches} landed first ({result.land_s:.1f} s), then a real `dagster-daemon` "
-        "started on the home (`bench/soak/at_once.py`); it drained them in "
+        f"All {result.batches} landed first ({result.land_s:.1f} s) into a fresh home, then a "
+        "real `dagster-daemon -w workspace.yaml` started on it (`bench/soak/at_once.py`) with "
+        "the instance config every `fm` command writes (the repository's dagster.yaml: "
+        "QueuedRunCoordinator, run and pool limits; the `neardup` pool's limit of 1): its "
+        "sensor requested the runs, its coordinator queued them, and its DefaultRunLauncher "
+        "started each as a process of the code server, as `fm dev` runs them (the Kubernetes "
+        "deployment has the same limits on Postgres storage, with a pod per run: no cluster "
+        "here). It drained them in "
         f"{duration(result.drain_s)} (runs took {median(result.run_seconds):.1f} s median, "
         f"{min(result.run_seconds):.1f}–{max(result.run_seconds):.1f}).",
         "",

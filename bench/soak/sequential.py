@@ -3,12 +3,14 @@ sensor, with catalog maintenance right after each reporting point."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.fm_home import land
 from bench.harness import log
@@ -91,8 +93,10 @@ def run_sequential(
     points: Sequence[int],
     documents: int,
     cpus: int,
+    keep: Callable[[dict[str, Any]], None] = lambda record: None,
 ) -> SequentialResult:
-    """Land, tick, run: `batches` times, one after another; maintain after each point."""
+    """Land, tick, run: `batches` times, one after another; maintain after each point. `keep`
+    gets every batch's and every maintenance's figures as they are measured."""
     from fm_assets.defs.materialize import dagster_instance
     from fm_assets.execution.local_ray import start_local_ray, stop_local_ray
     from fm_assets.storage.bookkeeping import stage_runs
@@ -132,10 +136,12 @@ def run_sequential(
                 footprint=footprint(settings),
             )
             records.append(record)
+            keep({"kind": "batch", **dataclasses.asdict(record)})
             log(record.line())
             if batch in points:
                 done = maintain_now(settings, batch)
                 maintenance.append(done)
+                keep({"kind": "maintenance", **dataclasses.asdict(done)})
                 log(
                     f"maintenance after batch {batch}: {done.seconds:.1f}s, catalog "
                     f"{done.before.catalog_bytes / 1e6:.1f} -> {done.after.catalog_bytes / 1e6:.1f}"
