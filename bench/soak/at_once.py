@@ -21,10 +21,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from bench.fm_home import land
 from bench.harness import REPO, log
 from bench.soak.corpus import write_batch
-from bench.soak.home import SOURCE, open_home
+from bench.soak.home import land_batch, open_home
 from bench.soak.sequential import NEAR_DEDUP
 from fm_assets.execution.pipeline import CURATION_STAGES, STAGE_NAMES
 
@@ -135,7 +134,7 @@ def run_at_once(
         for batch in range(1, batches + 1):
             out = scratch / "inputs" / f"{batch}.jsonl"
             path = write_batch(pool, "once", batch, documents, out)
-            batch_ids.append(land(settings, [path], SOURCE))
+            batch_ids.append(land_batch(settings, path))
             path.unlink()
         land_s = time.perf_counter() - started
         log(f"landed {batches} batches in {land_s:.1f}s; starting dagster-daemon")

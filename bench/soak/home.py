@@ -7,6 +7,7 @@ from pathlib import Path
 
 from bench.fm_home import fresh_home
 from bench.soak.launch import run_environment
+from fm_assets.commands import operations
 from fm_assets.settings import Settings
 
 SOURCE = "soak"
@@ -34,3 +35,11 @@ def open_home(home: Path, cpus: int) -> tuple[Settings, dict[str, str]]:
     os.environ.update(env)
     settings = fresh_home(home, cpus)
     return settings, run_environment(env)
+
+
+def land_batch(settings: Settings, path: Path) -> str:
+    """Land one file as a new batch with the operation `fm land` runs; its id."""
+    manifest, created = operations.land(settings, [path], source=SOURCE, license="NOASSERTION")
+    if not created:
+        raise RuntimeError(f"batch {manifest.batch_id} existed already: its documents are not new")
+    return manifest.batch_id

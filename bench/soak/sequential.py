@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.fm_home import land
 from bench.harness import log
 from bench.soak.corpus import write_batch
 from bench.soak.footprint import Footprint, footprint
-from bench.soak.home import SOURCE, open_home
+from bench.soak.home import land_batch, open_home
 from bench.soak.launch import launch, tick
 from bench.soak.timings import RunTime, read_events, run_time
 from fm_assets.execution.pipeline import STAGE_NAMES
@@ -112,7 +111,7 @@ def run_sequential(
         for batch in range(1, batches + 1):
             out = scratch / "inputs" / f"{batch}.jsonl"
             path = write_batch(pool, "seq", batch, documents, out)
-            batch_id = land(settings, [path], SOURCE)
+            batch_id = land_batch(settings, path)
             path.unlink()  # the landing zone holds it now
             evaluated = tick(instance, cursor)
             cursor = evaluated.cursor
