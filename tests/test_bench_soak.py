@@ -109,7 +109,13 @@ def _record(batch: int, seconds: float) -> BatchRecord:
     phases = StagePhases(plan_s=0.0, ray_s=0.0, commit_s=0.1, slices=1)
     stage = StageTime(NEAR_DEDUP, step_s=0.5, stage_s=0.2, phases=phases)
     return BatchRecord(
-        batch, f"b-{batch}", seconds + 1, RunTime(seconds, (stage,)), Footprint(1, 2, 1, 3, 1, 4)
+        batch,
+        f"b-{batch}",
+        seconds + 1,
+        RunTime(seconds, (stage,)),
+        Footprint(1, 2, 1, 3, 1, 4),
+        land_s=0.0,  # nothing to compare: reported without a ratio
+        tick_s=0.1,
     )
 
 
@@ -131,6 +137,8 @@ def test_report_gives_the_goal_verdict(growth: float, verdict: str) -> None:
     assert f"{(10.0 * growth + 1) / 11:.2f}× (goal ≤ 1.15×: {verdict})" in row
     timing = next(line for line in text.splitlines() if line.startswith("| 20 | 11–20 |"))
     assert f"{10.0 * growth + 1:.2f} " in timing
+    land = next(line for line in text.splitlines() if line.startswith("| land s |"))
+    assert "| — |" in land
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,8 @@ FIGURES: tuple[tuple[str, str, Callable[[BatchRecord], float]], ...] = (
         lambda r: r.run.stage(NEAR_DEDUP).stage_s,
     ),
     ("commits s", "every stage's Iceberg commits", lambda r: r.run.commit_s),
+    ("land s", "the landing operation (`fm land`'s)", lambda r: r.land_s),
+    ("tick s", "the sensor's evaluation (it lists every published batch)", lambda r: r.tick_s),
     (
         "near dedup commit s",
         "the near-dedup stage's commits",
@@ -59,7 +61,11 @@ def ratio_rows(records: Sequence[BatchRecord], points: Sequence[int]) -> list[st
     ]
     for name, what, read in FIGURES:
         values = [read(r) for r in records]
-        growth = ratio(summarise(values, last), summarise(values, first))
+        early = summarise(values, first)
+        if early.median <= 0:  # nothing measurable early: no ratio to give
+            rows.append(f"| {name} | {what} | — | {100 * slope(values):+.3f} |")
+            continue
+        growth = ratio(summarise(values, last), early)
         goal = ""
         if name == HEADLINE:
             goal = f" (goal ≤ {GOAL_RATIO:.2f}×: {met(growth <= GOAL_RATIO)})"

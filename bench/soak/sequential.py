@@ -36,6 +36,8 @@ class BatchRecord:
     process_s: float  # the run's process, from spawn to exit
     run: RunTime
     footprint: Footprint
+    land_s: float = 0.0  # the landing operation
+    tick_s: float = 0.0  # the sensor's evaluation, partitions added
 
     def line(self) -> str:
         near = self.run.stage(NEAR_DEDUP)
@@ -111,9 +113,12 @@ def run_sequential(
         for batch in range(1, batches + 1):
             out = scratch / "inputs" / f"{batch}.jsonl"
             path = write_batch(pool, "seq", batch, documents, out)
+            started = time.perf_counter()
             batch_id = land_batch(settings, path)
+            landed = time.perf_counter()
             path.unlink()  # the landing zone holds it now
             evaluated = tick(instance, cursor)
+            ticked = time.perf_counter()
             cursor = evaluated.cursor
             requested = [r.partition_key for r in evaluated.requests]
             if requested != [batch_id]:
@@ -133,6 +138,8 @@ def run_sequential(
                 process_s=launched.process_s,
                 run=run_time(read_events(instance, launched.run_id)),
                 footprint=footprint(settings),
+                land_s=landed - started,
+                tick_s=ticked - landed,
             )
             records.append(record)
             keep({"kind": "batch", **dataclasses.asdict(record)})
