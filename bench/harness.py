@@ -124,7 +124,7 @@ def met(ok: bool) -> str:
 # -- interleaved repeats ----------------------------------------------------------------------
 
 
-def rotation(names: Sequence[str], step: int) -> list[str]:
+def rotation(names: Sequence[T], step: int) -> list[T]:
     """`names` starting at position `step` (modulo their count) and wrapping around."""
     at = step % len(names)
     return [*names[at:], *names[:at]]
