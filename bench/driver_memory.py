@@ -50,13 +50,15 @@ STEP_NOTE = [
     "below 2×). It came from the commits' checksums of the data files they add "
     "(`storage.data_files.file_sha256`, pinned for `fm verify`), read back in 8 MB chunks: each "
     "read allocates its whole size and the file fills what it can, so the driver's peak grew by "
-    "about the size of the raw stage's data files while they were under 8 MB (1× and 2×) and "
-    "not at all once they were larger (4×). Evidence: an RSS sampler in `fm run` put the jump "
-    "inside `file_sha256` at the raw stage's commit (+5 MB at 1×, +14 MB at 2× of 5 replicas, "
-    "with or without Ray inlining small task results; Python's allocated blocks and Arrow's "
-    "pool did not move); hashing four files alone raised a process's peak RSS by 3, 6, 1 and 0 "
-    "MB for files of 3, 6, 12 and 24 MB with 8 MB reads, and by 2 MB at every size with 1 MB "
-    "reads, which the hashing now uses.",
+    "about the size of the data files while they were under 8 MB and not at all once they were "
+    "larger. The raw stage's files (5 replicas a point) were 0.4–6.5 MB at 1×, 6.5–12.6 MB at "
+    "2× and 13.5–19.2 MB at 4×. Evidence: an RSS sampler in `fm run` put the jump inside "
+    "`file_sha256` at the raw stage's commit (+5 MB at 1×, +14 MB at 2×, also with Ray's "
+    "inlining of small task results turned off; Python's allocated blocks and Arrow's pool did "
+    "not move); hashing four files alone raised a process's peak RSS by 3, 6, 1 and 0 MB for "
+    "files of 3, 6, 12 and 24 MB with 8 MB reads, and by 2 MB at every size with 1 MB reads. "
+    "The hashing now reads 1 MB at a time: the jump at the raw stage's commit fell to +3 MB at "
+    "1× and +4 MB at 2×.",
 ]
 
 
@@ -167,7 +169,9 @@ def render(
             "letters or more swapped through a permutation per replica), so near dedup keeps "
             "every replica and every later stage sees k× the documents (the kept column). Each "
             "run lands its batch in a fresh FM_HOME and runs the default policy (every document "
-            f"through every stage) on 2 Ray CPUs; {runs_per_point} runs per point, the points "
+            "through every stage; in a fresh FM_HOME `fm run` also trains the default quality "
+            "classifier once, the same work at every k) "
+            f"on 2 Ray CPUs; {runs_per_point} runs per point, the points "
             "interleaved round by round in rotated order. Peak RSS of the command's own process "
             "(`wait4`); Ray's processes are not the driver and are not counted. Each cell is "
             "the median (min–max) of the runs; per extra input byte = (median peak at k× − "
