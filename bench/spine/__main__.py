@@ -5,8 +5,9 @@ One run, every figure from that run, written to `bench/RESULTS.md`:
 1. End-to-end stage throughput (docs/s, MB/s) on the shared WARCs and on generated JSONL batches
    of ~5,000 distinct documents built from the WARC pages' extracted text.
 2. The tokenize stage against the library limit: `run_stage("tokenized_documents")` and a raw
-   `Tokenizer.encode_batch_fast` on the same texts, in this process on the library's threads and
-   in one process per CPU (the faster is the limit), interleaved A B A B.
+   `Tokenizer.encode_batch_fast` on the same texts in three layouts (in this process on the
+   library's thread pool, one process per CPU with a thread each, and the stage's own processes
+   × threads; the fastest is the limit), one pair per fresh batch, A first in half the pairs.
 3. MDS write throughput: `build_shard_set`, the bare `write_shard_set` and `ndarray.tofile` of the
    same token bytes (the disk limit), interleaved.
 
@@ -66,7 +67,7 @@ def render(results: Results, stamp: Stamp) -> str:
         f"({results.warc_cold[0].bytes_in / MB:.2f} MB compressed, "
         f"{results.warc_decompressed_bytes / MB:.2f} MB decompressed, "
         f"{warc[0].docs_in} records, {payload / MB:.2f} MB of record payload), run "
-        f"{config.warc_repeats}× in fresh FM_HOMEs after one cold run; and {config.repeats} "
+        f"{config.warc_repeats}× in fresh FM_HOMEs after one cold run; and {config.batches} "
         f"generated JSONL batches of {config.big_docs:,} distinct documents each "
         f"({results.big_file_bytes / MB:.1f} MB; every WARC page's extracted text with shuffled "
         "lines under a unique header line). Each figure is the median of the repeats "
@@ -81,7 +82,7 @@ def render(results: Results, stamp: Stamp) -> str:
         "(Ray worker processes start and import on first use); "
         f"`create_version` over one JSONL batch {results.version_s:.2f} s.",
         "",
-        *tokenize_section(results.pairs, results.worker_niceness),
+        *tokenize_section(results.pairs, results.worker_niceness, results.split),
         *profile_lines(
             results.profile,
             [batch_run[-1] for batch_run in results.big_runs],

@@ -22,8 +22,9 @@ from bench.spine.stages import (
 from bench.spine.tokenize_ab import TokenizePair, tokenize_pair, worker_niceness
 from bench.spine.tokenize_processes import EncodingProcesses
 from bench.spine.tokenize_profile import profile_tokenize
-from fm_assets.execution.compute import ensure_ray
+from fm_assets.execution.compute import ensure_ray, worker_environment
 from fm_assets.registries.tokenizers import default_tokenizer
+from fm_assets.stages.tokenize import TokenizeStage
 from fm_assets.versions.dataset_version import create_version
 
 RAY_CPUS = 2
@@ -36,16 +37,29 @@ class BenchConfig:
     mode: str
     warc_repeats: int  # timed WARC pipelines, each in a fresh FM_HOME, after one cold run
     big_docs: int  # documents per generated JSONL batch
-    repeats: int  # generated batches = tokenize A/B pairs = shard-build repeats
+    batches: int  # generated JSONL batches = tokenize A/B pairs (A first in half of them)
+    shard_repeats: int  # shard-set builds, each a new version over the first batch
     tofile_inner: int  # tofile calls per repeat (one call takes only milliseconds)
     profile_docs: int  # documents of the last batch the tokenize profile runs on
 
 
 FULL = BenchConfig(
-    "full", warc_repeats=3, big_docs=5_000, repeats=5, tofile_inner=5, profile_docs=2_000
+    "full",
+    warc_repeats=3,
+    big_docs=5_000,
+    batches=10,
+    shard_repeats=5,
+    tofile_inner=5,
+    profile_docs=2_000,
 )
 QUICK = BenchConfig(
-    "quick", warc_repeats=1, big_docs=1_500, repeats=2, tofile_inner=3, profile_docs=1_000
+    "quick",
+    warc_repeats=1,
+    big_docs=1_500,
+    batches=4,
+    shard_repeats=2,
+    tofile_inner=3,
+    profile_docs=1_000,
 )
 
 
@@ -56,6 +70,7 @@ class Results:
     config: BenchConfig
     ray_start_s: float = 0.0
     worker_niceness: int = 0
+    split: tuple[int, int, int] = (0, 0, 0)  # B2's processes, B3's processes and threads
     idle_cores: float = 0.0  # CPU the idle Ray daemons (and this process) use, in cores
     version_s: float = 0.0
     warc_decompressed_bytes: int = 0
@@ -107,21 +122,32 @@ def run(config: BenchConfig, scratch: Path) -> Results:
     os.environ["TOKENIZERS_PARALLELISM"] = "true"  # B1: the library's pool in this process
     tokenizer = Tokenizer.from_file(str(NEOX_TOKENIZER))
     big_batches: list[str] = []
-    with EncodingProcesses(str(NEOX_TOKENIZER), RAY_CPUS) as processes:
-        for repeat in range(config.repeats):
+    # B3 mirrors the stage: one slice per Ray worker (`slices_per_cpu` 1, a warm worker per
+    # CPU), each worker with the thread pool `compute.worker_environment` gives it.
+    b3_processes = TokenizeStage.slices_per_cpu * RAY_CPUS
+    b3_threads = int(worker_environment(big)["RAYON_NUM_THREADS"])
+    results.split = (RAY_CPUS, b3_processes, b3_threads)
+    with (
+        EncodingProcesses(str(NEOX_TOKENIZER), RAY_CPUS, threads=1) as b2,
+        EncodingProcesses(str(NEOX_TOKENIZER), b3_processes, threads=b3_threads) as b3,
+    ):
+        for repeat in range(config.batches):
             name = f"docs-{repeat}.jsonl"
             path = write_big_jsonl(pages, config.big_docs, repeat, scratch / name)
             results.big_file_bytes = path.stat().st_size
             batch = land(big, [path], "bench")
             big_batches.append(batch)
             timings = run_pipeline(big, batch, STAGES[:-1])
-            stage, pair = tokenize_pair(big, batch, tokenizer, processes)
+            stage, pair = tokenize_pair(big, batch, repeat, tokenizer, {"B2": b2, "B3": b3})
             results.big_runs.append([*timings, stage])
             results.pairs.append(pair)
             describe_run(f"JSONL repeat {repeat + 1}", results.big_runs[-1])
             log(
-                f"  A tokenize stage {pair.stage_s:.2f}s, B1 encode_batch_fast here "
-                f"{pair.raw_s:.2f}s, B2 in {RAY_CPUS} processes {pair.split_s:.2f}s"
+                f"  {'A first' if pair.a_first else 'B first'}: A tokenize stage "
+                f"{pair.stage_s:.2f}s, "
+                + ", ".join(f"{k} {v.seconds:.2f}s" for k, v in sorted(pair.library.items()))
+                + f"; ratio {pair.ratio:.2f}; load {pair.load_1m:.1f}, others "
+                f"{pair.others_cores:.2f} cores"
             )
 
     log("profiling the tokenize stage")
@@ -134,6 +160,6 @@ def run(config: BenchConfig, scratch: Path) -> Results:
     results.shard_samples = len(packed.sequences)
     results.shard_tokens = sum(ids.size for _, ids in packed.sequences)
     results.shard_runs = shard_runs(
-        big, big_batches[0], info, packed, scratch, config.repeats, config.tofile_inner
+        big, big_batches[0], info, packed, scratch, config.shard_repeats, config.tofile_inner
     )
     return results

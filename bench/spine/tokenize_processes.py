@@ -1,11 +1,12 @@
-"""The library's other fast path for section 2: `encode_batch_fast` in one process per CPU, one
-tokenizer thread each (the layout of the stage's Ray workers), each process holding its share
-of the texts before the clock starts.
+"""The library's multi-process layouts for section 2: `encode_batch_fast` in `count` worker
+processes with `threads` tokenizer threads each, each process holding its share of the texts
+before the clock starts.
 
-In one process with `TOKENIZERS_PARALLELISM=true` the library spreads a batch over its own
-thread pool; on some machines that costs more CPU per token than one thread per process does.
-The A/B table takes the faster of the two as the library's limit, so neither layout's overhead
-on a given machine flatters the stage.
+Two layouts run this way: B2, one process per CPU with one thread each, and B3, the tokenize
+stage's own layout (one slice per Ray worker, a worker per CPU, each worker running the library's
+pool of `compute.LIBRARY_THREADS_PER_WORKER` threads). In one process (B1) the library spreads a
+batch over its own thread pool; which layout costs less CPU per token differs from machine to
+machine, so the A/B table takes the fastest of the three as the library's limit.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import sys
 import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
@@ -21,9 +23,16 @@ from types import TracebackType
 from bench.harness import tree_cpu_seconds
 
 
-def _serve(connection: Connection, tokenizer_path: str) -> None:
+def _serve(connection: Connection, tokenizer_path: str, threads: int) -> None:
     """A worker process: hold texts when sent them, encode the held texts on "go"."""
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    if "tokenizers" in sys.modules:
+        # The library reads its thread settings once, when its pool starts.
+        raise RuntimeError("tokenizers was imported before its thread settings were made")
+    if threads > 1:  # as `compute.worker_environment` sets it for the stage's Ray workers
+        os.environ["TOKENIZERS_PARALLELISM"] = "true"
+        os.environ["RAYON_NUM_THREADS"] = str(threads)
+    else:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(tokenizer_path)
@@ -54,15 +63,19 @@ def shares(texts: Sequence[str], count: int) -> list[list[str]]:
 
 
 class EncodingProcesses:
-    """`count` spawned worker processes, each with the tokenizer at `tokenizer_path` loaded."""
+    """`count` spawned worker processes, each with the tokenizer at `tokenizer_path` loaded and
+    `threads` tokenizer threads."""
 
-    def __init__(self, tokenizer_path: str, count: int) -> None:
+    def __init__(self, tokenizer_path: str, count: int, threads: int = 1) -> None:
+        self.count, self.threads = count, threads
         context = mp.get_context("spawn")  # not fork: this process runs Ray's threads
         self.connections: list[Connection] = []
         self.processes = []
         for _ in range(count):
             mine, theirs = context.Pipe()
-            process = context.Process(target=_serve, args=(theirs, tokenizer_path), daemon=True)
+            process = context.Process(
+                target=_serve, args=(theirs, tokenizer_path, threads), daemon=True
+            )
             process.start()
             self.connections.append(mine)
             self.processes.append(process)
