@@ -107,17 +107,6 @@ def tree_timed(fn: Callable[[], T]) -> tuple[T, float, float]:
     return result, time.perf_counter() - started, tree_cpu_seconds() - cpu
 
 
-def machine_busy_seconds() -> float:
-    """CPU seconds every process on the machine has spent so far, all cores (`/proc/stat`).
-
-    Less `tree_cpu_seconds` over the same interval, it is what the machine's other tenants took
-    while a benchmark ran: the load that interval was measured under.
-    """
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 

@@ -20,7 +20,7 @@ from bench.soak.launch import launch, tick
 from bench.soak.timings import RunTime, read_events, run_time
 from fm_assets.execution.pipeline import STAGE_NAMES
 from fm_assets.settings import Settings
-from fm_assets.stages.neardup import NearDupStage
+from fm_assets.stages.near_dedup import NearDupStage
 from fm_assets.storage.maintenance.policy import MaintenancePolicy
 from fm_assets.storage.maintenance.run import maintain
 
