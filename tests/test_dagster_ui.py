@@ -120,6 +120,7 @@ def test_ui_serves_the_graph_and_its_sensor_processes_a_batch(dagster_ui: tuple[
         "contamination_registry",
         "contamination_scan",
         "revocation",
+        "cost_report",
     }
     for modality in PIPELINES.values():  # each modality's stages chain from the landing batch
         upstream = "landing_batch"

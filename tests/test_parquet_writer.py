@@ -29,6 +29,8 @@ def _tokenized_rows(count: int) -> pa.Table:
         "url": [None] * count,
         "lang_hint": [None] * count,
         "external_id": [None] * count,
+        "generator_model": [None] * count,
+        "generator": [None] * count,
         "text": [f"document {i}" for i in range(count)],
         "tokenizer_hash": ["h"] * count,
         "num_tokens": [400] * count,

@@ -42,7 +42,7 @@ COMMIT_ID = "fm.commit-id"
 # Bytes read at a time when hashing a data file. Small on purpose: each read allocates its whole
 # size up front and the file fills what it can; at 8 MB, the driver's peak RSS grew by about the
 # size of its data files below 8 MB (6 MB files: +6 MB, 24 MB files: +0 MB, measured), which made
-# `fm run`'s peak step up from 1x to 2x a batch and fall back at 4x (bench/driver_memory.py).
+# `fm run`'s peak step up from one batch to two and fall back at four (bench/driver_memory.py).
 _CHECKSUM_CHUNK = 1 << 20
 # A table written in many chunks is made one first up to this size (a copy; larger tables come
 # in large chunks, whose per-batch cost is small beside their rows).
