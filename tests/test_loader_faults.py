@@ -15,6 +15,7 @@ import pytest
 from fm_assets.settings import Settings, load_settings
 from fm_loader import make_dataset, make_loader
 from fm_loader.storage import retry
+from fm_loader.storage.cache_usage import USAGE_NAME
 from tests.services.flaky_proxy import FlakyProxy, flaky_proxy
 from tests.services.s3 import S3Server
 from tests.shard_sets import Built, build, synthetic_docs
@@ -110,7 +111,7 @@ def test_a_stalled_shard_fetch_is_covered_by_the_prefetched_batches_and_shows_as
     # A shard first read well after the prefetch queue has filled, with batches after it.
     shard = min(s for s, b in first_use.items() if PREFETCH + 3 <= b < len(order) - 2)
     info = local.manifest.shards[shard]
-    (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".") and p.name != USAGE_NAME]
     good = (entry / info.name).read_bytes()
     damaged = bytearray(good)
     damaged[len(damaged) // 2] ^= 0x01

@@ -22,6 +22,7 @@ from fm_assets.registries.tokenizers import register_tokenizer
 from fm_assets.settings import Settings, load_settings
 from fm_assets.storage import bookkeeping, catalog
 from fm_assets.storage.landing import BatchManifest
+from fm_loader.storage.cache_usage import USAGE_NAME
 from tests.conftest import NEOX_TOKENIZER, WARC_DIR, ray_workers_with
 from tests.services.s3 import S3Server, seaweedfs_s3
 
@@ -243,8 +244,9 @@ def test_loader_serves_every_sample_from_the_cache(platform: S3Platform) -> None
     )
     digest = platform.row["manifest_sha256"]
     entry = platform.cache_dir / digest
-    # One entry named by the manifest's hash: no download left half-way, no lock file.
-    assert sorted(p.name for p in platform.cache_dir.iterdir()) == [digest]
+    # One entry named by the manifest's hash: no download left half-way, no lock file (and the
+    # cache's usage record, which cost attribution reads).
+    assert sorted(p.name for p in platform.cache_dir.iterdir()) == sorted([digest, USAGE_NAME])
     assert hashlib.sha256((entry / "fm_manifest.json").read_bytes()).hexdigest() == digest
     assert dataset.content_hashes == (digest,)
     samples = list(dataset)
