@@ -39,7 +39,8 @@ import json
 import random
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import datasketch
@@ -136,6 +137,25 @@ def run_vectorised(docs: list[tuple[str, str, str]], config: MinHashConfig) -> R
     return run
 
 
+def _confirmed(
+    shingles: AbstractSet[Hashable],
+    candidates: Iterable[str],
+    kept: Mapping[str, AbstractSet[Hashable]],
+    order: Mapping[str, int],
+    threshold: float,
+) -> str | None:
+    """The candidate with the highest exact Jaccard to `shingles` (ties to the earliest kept),
+    when it reaches `threshold`: the confirmation every path applies to its LSH candidates."""
+    best, best_j = None, 0.0
+    for candidate in candidates:
+        other = kept[candidate]
+        inter = len(shingles & other)
+        j = inter / (len(shingles) + len(other) - inter)
+        if j > best_j or (j == best_j and best and order[candidate] < order[best]):
+            best, best_j = candidate, j
+    return best if best is not None and best_j >= threshold else None
+
+
 def run_datasketch(docs: list[tuple[str, str, str]], config: MinHashConfig, batched: bool) -> Run:
     run = Run()
     lsh = datasketch.MinHashLSH(num_perm=config.num_perm, params=(config.bands, config.rows))
@@ -170,16 +190,8 @@ def run_datasketch(docs: list[tuple[str, str, str]], config: MinHashConfig, batc
         t2 = time.perf_counter()
         duplicate_of = None
         if shingles:
-            best, best_j = None, 0.0
-            for candidate in lsh.query(minhash):
-                other = kept[candidate]
-                inter = len(shingles & other)
-                j = inter / (len(shingles) + len(other) - inter)
-                if j > best_j or (j == best_j and best and order[candidate] < order[best]):
-                    best, best_j = candidate, j
-            if best is not None and best_j >= config.threshold:
-                duplicate_of = best
-            else:
+            duplicate_of = _confirmed(shingles, lsh.query(minhash), kept, order, config.threshold)
+            if duplicate_of is None:
                 lsh.insert(doc_id, minhash)
                 kept[doc_id] = shingles
                 order[doc_id] = len(order)
@@ -217,16 +229,8 @@ def run_datasketch_documented(docs: list[tuple[str, str, str]], config: MinHashC
         for (doc_id, _, _), mine, minhash in zip(batch, shingles, minhashes, strict=True):
             duplicate_of = None
             if mine:
-                best, best_j = None, 0.0
-                for candidate in lsh.query(minhash):
-                    other = kept[candidate]
-                    inter = len(mine & other)
-                    j = inter / (len(mine) + len(other) - inter)
-                    if j > best_j or (j == best_j and best and order[candidate] < order[best]):
-                        best, best_j = candidate, j
-                if best is not None and best_j >= config.threshold:
-                    duplicate_of = best
-                else:
+                duplicate_of = _confirmed(mine, lsh.query(minhash), kept, order, config.threshold)
+                if duplicate_of is None:
                     lsh.insert(doc_id, minhash)
                     kept[doc_id] = mine
                     order[doc_id] = len(order)
@@ -287,16 +291,8 @@ def run_plain_numpy(docs: list[tuple[str, str, str]], config: MinHashConfig) -> 
         duplicate_of = None
         if shingles:
             candidates = {c for i, k in enumerate(keys) for c in buckets[i].get(k, ())}
-            best, best_j = None, 0.0
-            for candidate in candidates:
-                other = kept[candidate]
-                inter = len(shingles & other)
-                j = inter / (len(shingles) + len(other) - inter)
-                if j > best_j or (j == best_j and best and order[candidate] < order[best]):
-                    best, best_j = candidate, j
-            if best is not None and best_j >= config.threshold:
-                duplicate_of = best
-            else:
+            duplicate_of = _confirmed(shingles, candidates, kept, order, config.threshold)
+            if duplicate_of is None:
                 for i, k in enumerate(keys):
                     buckets[i].setdefault(k, []).append(doc_id)
                 kept[doc_id] = shingles
