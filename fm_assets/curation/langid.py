@@ -23,7 +23,7 @@ UNDETERMINED: Final = "und"  # ISO 639-2 "undetermined": what an empty text gets
 
 # 2,000 characters are ~300 English words or ~1,300 Chinese characters: far more than the model
 # needs to be sure of a language, while its cost grows with the text it reads
-# (`bench/results/langid_quality.md`: 2.3x the documents per second on the first 2,000
+# (`bench/results/langid_quality.md`: 2.2x the documents per second on the first 2,000
 # characters as on whole texts of ~4 KB).
 # A prefix also bounds the work on a 5 MB document to that of a short one.
 DEFAULT_MAX_CHARS: Final = 2_000

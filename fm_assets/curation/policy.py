@@ -31,8 +31,8 @@ overrides single fields:
 
 `extractor` picks the HTML main-text extractor of the extract stage. On the article-extraction
 benchmark (181 pages, `bench/results/parsers.md`) trafilatura, the default, scores macro token
-F1 0.961; resiliparse 0.933 (lower precision: it keeps more boilerplate) at 7.3x the
-stage's pages/s per CPU second (12.6x for the library calls alone). Changing it reruns
+F1 0.961; resiliparse 0.933 (lower precision: it keeps more boilerplate) at 8.4x the
+stage's pages/s per CPU second (13.4x for the library calls alone). Changing it reruns
 extraction and everything after it.
 
 Changing a decision changes the config hash of the deciding stages only: they rerun from stored

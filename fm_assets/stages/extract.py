@@ -1,8 +1,8 @@
 """extracted_documents: main text of HTML pages (trafilatura or resiliparse); text passes through.
 
 The extractor is a dataset's choice (`extractor` in its policy): trafilatura (the default) scores
-macro token F1 0.961 on the article-extraction benchmark, resiliparse 0.933 at 7.3x the pages/s
-per CPU second in the stage (`bench/results/parsers.md`, commit 8193f21).
+macro token F1 0.961 on the article-extraction benchmark, resiliparse 0.933 at 8.4x the pages/s
+per CPU second in the stage (`bench/results/parsers.md`, commit e290758).
 """
 
 from __future__ import annotations
